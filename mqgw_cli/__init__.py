@@ -1,0 +1,1 @@
+"""The ``mqgw`` command line."""

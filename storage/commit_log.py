@@ -1,0 +1,188 @@
+"""CommitLog: every message once, in arrival order, in fixed-size segment files.
+
+Appends are all-or-nothing per batch: the batch is encoded in full first (so an oversized
+record is refused before a byte is written), then written with an undo list; any OSError
+truncates the touched segments back and removes segments the batch created, so a failed
+append leaves no half record behind, in memory or on disk.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.errors import DiskFull, StoreWriteError
+from storage.file_system import FileSystem
+from storage.record import (
+    BLANK,
+    BLANK_MAGIC,
+    BLANK_SIZE,
+    DestinationCache,
+    DispatchRun,
+    Record,
+    check_record,
+    encode_blank,
+    encode_chunk,
+)
+from storage.segment_files import Segment, SegmentFiles
+
+_SCAN_CHUNK_BYTES = 4 << 20
+
+# Called for each valid record during a scan: (commit offset, buffer, position, size).
+RecordVisitor = Callable[[int, bytes, int, int], None]
+
+
+@dataclass
+class ScanEnd:
+    """Where a scan stopped: ``offset`` is the end of valid data; ``problem`` why it stopped."""
+
+    offset: int
+    problem: str  # "" when the data simply ended
+
+
+class CommitLog:
+    def __init__(
+        self, fs: FileSystem, directory: Path, segment_size: int, max_record_bytes: int
+    ) -> None:
+        if max_record_bytes > segment_size - 2 * BLANK_SIZE:
+            raise ValueError("max_record_bytes must fit in one commitlog segment")
+        self.files = SegmentFiles(fs, directory, segment_size)
+        self.segment_size = segment_size
+        self.max_record_bytes = max_record_bytes
+        self.write_offset = 0
+        self.last_store_ts_ms = 0
+        self.sealed_ts_ms: dict[int, int] = {}  # segment start -> store ts of its last record
+        self.dirty: dict[int, Segment] = {}
+        self._dest_cache = DestinationCache()
+        self._scan_chunk = max(_SCAN_CHUNK_BYTES, max_record_bytes + BLANK_SIZE)
+
+    def load(self) -> None:
+        self.files.load()
+        for segment in self.files.segments[:-1]:
+            self.sealed_ts_ms[segment.start] = self._filler_ts(segment)
+
+    def _filler_ts(self, segment: Segment) -> int:
+        if segment.written >= BLANK_SIZE:
+            data = self.files.fs.pread(segment.fd, BLANK_SIZE, segment.written - BLANK_SIZE)
+            _, magic, _, _, last_ts = BLANK.unpack(data)
+            if magic == BLANK_MAGIC:
+                return int(last_ts)
+        return 0
+
+    @property
+    def min_offset(self) -> int:
+        return self.files.min_offset if self.files.segments else self.write_offset
+
+    def append(self, records: Sequence[Record], store_ts_ms: int) -> list[DispatchRun]:
+        """Write ``records``; returns the consume-queue entries to dispatch."""
+        runs: list[DispatchRun] = []
+        plan: list[tuple[int, bytes | bytearray, bool]] = []
+        pos = self.write_offset
+        index = 0
+        size = self.segment_size
+        while index < len(records):
+            segment_end = pos - pos % size + size
+            chunk = encode_chunk(
+                records,
+                index,
+                pos,
+                segment_end - pos,
+                store_ts_ms,
+                self.max_record_bytes,
+                self._dest_cache,
+                runs,
+            )
+            if chunk.record_count:
+                plan.append((pos, chunk.data, False))
+                pos += len(chunk.data)
+                index += chunk.record_count
+            if index < len(records):
+                plan.append((pos, encode_blank(pos, segment_end - pos, store_ts_ms), True))
+                pos = segment_end
+        self._write(plan, store_ts_ms)
+        self.write_offset = pos
+        self.last_store_ts_ms = store_ts_ms
+        return runs
+
+    def _write(self, plan: list[tuple[int, bytes | bytearray, bool]], store_ts_ms: int) -> None:
+        created: list[Segment] = []
+        touched: dict[int, tuple[Segment, int]] = {}
+        try:
+            for offset, data, is_filler in plan:
+                segment = self.files.find(offset)
+                if segment is None:
+                    segment = self.files.create(offset - offset % self.segment_size)
+                    created.append(segment)
+                else:
+                    touched.setdefault(segment.start, (segment, segment.written))
+                self.files.write(segment, data, offset - segment.start)
+                self.dirty[segment.start] = segment
+                if is_filler:
+                    self.sealed_ts_ms[segment.start] = store_ts_ms
+        except OSError as exc:
+            self._roll_back(created, touched)
+            if exc.errno == errno.ENOSPC:
+                raise DiskFull("no space left on device; append rolled back", exc.errno) from exc
+            raise StoreWriteError(f"commitlog write failed: {exc}", exc.errno) from exc
+
+    def _roll_back(self, created: list[Segment], touched: dict[int, tuple[Segment, int]]) -> None:
+        for _ in created:
+            self.files.remove_last()
+        for segment, written in touched.values():
+            self.files.truncate(segment, written)
+            self.sealed_ts_ms.pop(segment.start, None)
+            self.dirty[segment.start] = segment
+
+    def take_dirty(self) -> list[Segment]:
+        dirty = [segment for segment in self.dirty.values() if segment.fd >= 0]
+        self.dirty.clear()
+        return dirty
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.files.read(offset, length)
+
+    def scan(self, start: int, visit: RecordVisitor | None) -> ScanEnd:
+        """Validate records from ``start`` until the data ends or a record fails its checks."""
+        pos = start
+        while True:
+            segment = self.files.find(pos)
+            if segment is None:
+                return ScanEnd(pos, "")
+            rel = pos - segment.start
+            avail = segment.written - rel
+            if avail <= 0:
+                return ScanEnd(pos, "")
+            buf = self.files.fs.pread(segment.fd, min(avail, self._scan_chunk), rel)
+            p = 0
+            while p < len(buf):
+                found = check_record(buf, p, pos)
+                if not found.size:
+                    if found.problem.startswith("truncated") and p > 0:
+                        break  # the record continues past this chunk: read again from it
+                    return ScanEnd(pos, found.problem)
+                if found.is_blank:
+                    if pos + found.size != segment.start + self.segment_size:
+                        return ScanEnd(pos, "filler does not end at the segment boundary")
+                    pos = segment.start + self.segment_size
+                    break
+                if visit is not None and not found.is_hole:
+                    visit(pos, buf, p, found.size)
+                p += found.size
+                pos += found.size
+
+    def truncate_from(self, offset: int) -> None:
+        self.files.truncate_from(offset)
+        for start in [s for s in self.sealed_ts_ms if s >= offset - offset % self.segment_size]:
+            del self.sealed_ts_ms[start]
+        self.write_offset = offset
+
+    def remove_first_segment(self) -> Segment:
+        segment = self.files.remove_first()
+        self.sealed_ts_ms.pop(segment.start, None)
+        self.dirty.pop(segment.start, None)
+        return segment
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,28 @@
+"""Store settings. The gateway's pydantic settings build one of these; tests pass tiny sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+
+class FlushPolicy(StrEnum):
+    SYNC = "sync"  # group commit: an append completes after the fsync that covers it
+    ASYNC = "async"  # an append completes after write(); fsync runs on an interval
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    data_dir: Path
+    segment_size_bytes: int = 1 << 30
+    cq_entries_per_segment: int = 300_000
+    max_record_bytes: int = (16 << 20) + (64 << 10)  # 16 MiB body plus headers
+    flush: FlushPolicy = FlushPolicy.SYNC
+    async_flush_interval_ms: int = 500
+    offset_persist_interval_ms: int = 5_000
+    checkpoint_interval_ms: int = 1_000
+    retention_ms: int = 72 * 3600 * 1000
+    disk_budget_bytes: int | None = None
+    retention_check_interval_ms: int = 10_000
+    verify_crc_on_read: bool = True

@@ -1,0 +1,179 @@
+"""The store as the gateway uses it in-process: async, group-committed, with housekeeping.
+
+The same coroutine API will later be served over the network by `mqgw broker` (the remote
+client implements the same methods), so everything here takes and returns whole batches.
+
+Flush policy:
+- sync: an append writes to the page cache, then waits for an fsync that covers its end
+  offset. Whoever finds no fsync running starts one (in a worker thread); everyone arriving
+  meanwhile waits for it or the next, so many appends share one fsync (group commit).
+- async: an append completes after the write; a housekeeping task fsyncs on an interval.
+A failed fsync poisons the store: the page cache's state is unknown afterwards, so every later
+append fails with StoreWriteError until the process restarts and recovery re-validates the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+from anyio.abc import TaskGroup
+
+from storage.config import FlushPolicy, StoreConfig
+from storage.errors import StoreWriteError
+from storage.file_system import FileSystem
+from storage.log_store import Clock, LogStore
+from storage.record import Record
+from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, RetentionReport
+
+log = logging.getLogger("mqgw.storage")
+
+
+class GroupCommitter:
+    """Shares fsyncs between concurrent appends; counts them for the benchmark."""
+
+    def __init__(self, store: LogStore) -> None:
+        self._store = store
+        self._running = False
+        self._done = anyio.Event()
+        self.failure: BaseException | None = None
+        self.fsyncs = 0
+
+    async def wait_durable(self, offset: int) -> None:
+        store = self._store
+        while store.durable_offset < offset:
+            if self.failure is not None:
+                raise StoreWriteError(f"store failed an fsync earlier: {self.failure}")
+            if self._running:
+                await self._done.wait()
+                continue
+            await self.flush_now()
+
+    async def flush_now(self) -> None:
+        store = self._store
+        self._running = True
+        done = self._done
+        try:
+            ticket = store.begin_flush()
+            durable = await anyio.to_thread.run_sync(ticket.sync, store.fs)
+            store.durable_offset = max(store.durable_offset, durable)
+            self.fsyncs += 1
+        except OSError as exc:
+            self.failure = exc
+            log.error("commitlog fsync failed; the store refuses appends until restart: %s", exc)
+            raise StoreWriteError(f"fsync failed: {exc}", exc.errno) from exc
+        finally:
+            self._running = False
+            self._done = anyio.Event()
+            done.set()
+
+
+class EmbeddedStore:
+    """Async facade over LogStore; construct with ``open_embedded_store``."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.log = store
+        self.config = store.config
+        self.committer = GroupCommitter(store)
+        self._sync = store.config.flush is FlushPolicy.SYNC
+
+    async def append(self, records: Sequence[Record]) -> AppendResult:
+        """Completes when the batch is durable under the flush policy."""
+        if self.committer.failure is not None:
+            raise StoreWriteError(f"store failed an fsync earlier: {self.committer.failure}")
+        result = self.log.append(records)
+        if self._sync:
+            await self.committer.wait_durable(result.end_offset)
+        return result
+
+    async def read(
+        self,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        max_count: int = 256,
+        max_bytes: int = 4 << 20,
+    ) -> ReadResult:
+        # Reads are served from the page cache inline: a thread hop per batch costs more than
+        # the pread it would move off the loop.
+        return self.log.read(queue_id, partition, offset, max_count, max_bytes)
+
+    async def create_queue(self, queue_id: int, partitions: int) -> None:
+        self.log.create_queue(queue_id, partitions)
+
+    async def delete_queue(self, queue_id: int) -> None:
+        self.log.delete_queue(queue_id)
+
+    async def purge(self, queue_id: int, group: str = QUEUE_GROUP) -> int:
+        return self.log.purge(queue_id, group)
+
+    async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
+        return self.log.queue_stats(queue_id, group)
+
+    async def commit_offset(self, group: str, queue_id: int, partition: int, offset: int) -> None:
+        self.log.commit_offset(group, queue_id, partition, offset)
+
+    async def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
+        return self.log.committed_offset(group, queue_id, partition)
+
+    async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
+        return self.log.offset_for_time(queue_id, partition, ts_ms)
+
+    async def apply_retention(self) -> RetentionReport:
+        return self.log.apply_retention()
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        if not self._sync:
+            await self.committer.flush_now()
+        ticket = self.log.begin_checkpoint()
+        await anyio.to_thread.run_sync(self.log.checkpoint, ticket)
+
+    async def persist_offsets(self) -> None:
+        if self.log.offsets.changed:
+            self.log.offsets.changed = False
+            snapshot = self.log.offsets.snapshot()
+            await anyio.to_thread.run_sync(self.log.offsets.write, snapshot)
+
+    async def _every(self, interval_ms: int, job_name: str, job: object) -> None:
+        assert callable(job)
+        while True:
+            await anyio.sleep(interval_ms / 1000)
+            try:
+                await job()
+            except Exception:
+                log.exception("store housekeeping job %s failed", job_name)
+
+    def start_housekeeping(self, tg: TaskGroup) -> None:
+        cfg = self.config
+        if not self._sync:
+            tg.start_soon(
+                self._every, cfg.async_flush_interval_ms, "flush", self.committer.flush_now
+            )
+        tg.start_soon(self._every, cfg.checkpoint_interval_ms, "checkpoint", self.checkpoint)
+        tg.start_soon(self._every, cfg.offset_persist_interval_ms, "offsets", self.persist_offsets)
+        tg.start_soon(
+            self._every, cfg.retention_check_interval_ms, "retention", self.apply_retention
+        )
+
+
+@asynccontextmanager
+async def open_embedded_store(
+    config: StoreConfig, fs: FileSystem | None = None, clock: Clock | None = None
+) -> AsyncIterator[EmbeddedStore]:
+    """Open, recover, run housekeeping; on exit flush everything and close cleanly."""
+    store = await anyio.to_thread.run_sync(lambda: LogStore.open(config, fs, clock))
+    embedded = EmbeddedStore(store)
+    try:
+        async with anyio.create_task_group() as tg:
+            embedded.start_housekeeping(tg)
+            try:
+                yield embedded
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(store.close)

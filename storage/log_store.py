@@ -1,0 +1,495 @@
+"""LogStore: the synchronous core of the store (commitlog + consume queues + offsets).
+
+Single-threaded by contract: one owner (the event loop of the embedded gateway, or a broker
+process) calls it. Only fsync may run elsewhere: ``begin_flush``/``begin_checkpoint`` hand
+out duplicated file descriptors that a worker thread syncs while appends go on.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from storage.commit_log import CommitLog
+from storage.config import StoreConfig
+from storage.consume_queue import ConsumeQueue
+from storage.errors import (
+    CorruptionError,
+    QueueExists,
+    StoreClosed,
+    StoreError,
+    StoreLocked,
+    StoreWriteError,
+    UnknownQueue,
+)
+from storage.file_system import FileSystem
+from storage.record import (
+    CQ_ENTRY,
+    CQ_ENTRY_SIZE,
+    DEST_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    HOLE_MAGIC,
+    MESSAGE_MAGIC,
+    DispatchRun,
+    Record,
+    StoredMessage,
+)
+from storage.recovery import recover
+from storage.results import (
+    QUEUE_GROUP,
+    AppendResult,
+    PartitionStats,
+    QueueStats,
+    ReadResult,
+    ReadStatus,
+    RecoveryReport,
+    RetentionReport,
+)
+from storage.segment_files import segment_name
+from storage.state_files import Checkpoint, ConsumerOffsets, QueueInfo, QueueRegistry
+
+log = logging.getLogger("mqgw.storage")
+
+Clock = Callable[[], int]  # milliseconds since the epoch
+
+_READ_GAP_BYTES = 64 << 10  # records this close together are fetched with one pread
+
+
+def read_layout(data_dir: Path) -> dict[str, int] | None:
+    path = data_dir / "layout.json"
+    if not path.exists():
+        return None
+    layout: dict[str, int] = json.loads(path.read_bytes())
+    return layout
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class FlushTicket:
+    """Files to fsync (duplicated descriptors) and the offset durable once they are synced."""
+
+    def __init__(self, fds: list[int], offset: int) -> None:
+        self.fds = fds
+        self.offset = offset
+
+    def sync(self, fs: FileSystem) -> int:
+        """Run in any thread; closes the descriptors whatever happens."""
+        try:
+            for fd in self.fds:
+                fs.fsync(fd)
+        finally:
+            for fd in self.fds:
+                os.close(fd)
+        return self.offset
+
+
+class LogStore:
+    def __init__(self, config: StoreConfig, fs: FileSystem, clock: Clock) -> None:
+        self.config = config
+        self.fs = fs
+        self.clock = clock
+        root = config.data_dir
+        self.commit_log = CommitLog(
+            fs, root / "commitlog", config.segment_size_bytes, config.max_record_bytes
+        )
+        self.registry = QueueRegistry(fs, root / "queues.json")
+        self.offsets = ConsumerOffsets(fs, root / "offsets.json")
+        self.checkpoint_path = root / "checkpoint.json"
+        self.cqs: dict[tuple[int, int], ConsumeQueue] = {}
+        self.durable_offset = 0
+        self.recovery: RecoveryReport | None = None
+        self._lock_fd = -1
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, config: StoreConfig, fs: FileSystem | None = None, clock: Clock | None = None
+    ) -> LogStore:
+        """Open (creating if needed) and recover. Raises CorruptionError for mid-log damage."""
+        store = cls(config, fs or FileSystem(), clock or wall_clock_ms)
+        store._lock()
+        try:
+            store._check_layout()
+            store.registry.load()
+            store.offsets.load()
+            store.commit_log.load()
+            for info in store.registry.queues.values():
+                store._open_queue(info)
+            store.recovery = recover(store, Checkpoint.load(store.checkpoint_path))
+        except BaseException:
+            store._release()
+            raise
+        return store
+
+    def _lock(self) -> None:
+        root = self.config.data_dir
+        root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(self._lock_fd)
+            raise StoreLocked(f"{root} is in use by another process") from exc
+
+    def _check_layout(self) -> None:
+        """Segment sizes are fixed for a store's life: opening with others would misread it."""
+        layout = {
+            "segment_size_bytes": self.config.segment_size_bytes,
+            "cq_entries_per_segment": self.config.cq_entries_per_segment,
+        }
+        existing = read_layout(self.config.data_dir)
+        if existing is None:
+            self.fs.write_atomic(self.config.data_dir / "layout.json", json.dumps(layout).encode())
+        elif existing != layout:
+            raise StoreError(
+                f"{self.config.data_dir} was created with {existing}; configured {layout}"
+            )
+
+    def _release(self) -> None:
+        self.commit_log.close()
+        for cq in self.cqs.values():
+            cq.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+        self._closed = True
+
+    def close(self) -> None:
+        """Clean shutdown: everything fsynced, offsets and checkpoint written."""
+        if self._closed:
+            return
+        try:
+            self.begin_flush().sync(self.fs)
+            self.durable_offset = self.commit_log.write_offset
+            self.checkpoint()
+            self.persist_offsets()
+        finally:
+            self._release()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+
+    # -- queues ------------------------------------------------------------------------------
+
+    def _queue_dir(self, queue_id: int, partition: int) -> Path:
+        return self.config.data_dir / "consumequeue" / str(queue_id) / str(partition)
+
+    def _open_queue(self, info: QueueInfo) -> None:
+        for partition in range(info.partitions):
+            cq = ConsumeQueue(
+                self.fs,
+                self._queue_dir(info.queue_id, partition),
+                info.queue_id,
+                partition,
+                self.config.cq_entries_per_segment,
+            )
+            cq.load()
+            self.cqs[(info.queue_id, partition)] = cq
+
+    def create_queue(self, queue_id: int, partitions: int) -> None:
+        """Idempotent for the same partition count; QueueExists for another."""
+        self._check_open()
+        existing = self.registry.queues.get(queue_id)
+        if existing is not None:
+            if existing.partitions != partitions:
+                raise QueueExists(f"queue {queue_id} has {existing.partitions} partitions")
+            return
+        if not 1 <= partitions <= 65535:
+            raise ValueError("partitions must be in 1..65535")
+        info = QueueInfo(queue_id, partitions, self.commit_log.write_offset)
+        self._open_queue(info)
+        self.registry.queues[queue_id] = info
+        self.registry.save()
+
+    def delete_queue(self, queue_id: int) -> None:
+        self._check_open()
+        info = self.registry.queues.pop(queue_id, None)
+        if info is None:
+            raise UnknownQueue(queue_id)
+        self.registry.save()
+        for partition in range(info.partitions):
+            self.cqs.pop((queue_id, partition)).delete()
+        self.offsets.drop_queue(queue_id)
+
+    def queues(self) -> dict[int, int]:
+        return {q: info.partitions for q, info in self.registry.queues.items()}
+
+    def _cq(self, queue_id: int, partition: int) -> ConsumeQueue:
+        cq = self.cqs.get((queue_id, partition))
+        if cq is None:
+            raise UnknownQueue(queue_id, partition)
+        return cq
+
+    # -- append ------------------------------------------------------------------------------
+
+    def append(self, records: Sequence[Record]) -> AppendResult:
+        """Write a batch (not yet durable: see begin_flush). All or nothing."""
+        self._check_open()
+        start = self.commit_log.write_offset
+        if not records:
+            return AppendResult(start, start, 0)
+        store_ts = max(self.clock(), self.commit_log.last_store_ts_ms)
+        runs = self.commit_log.append(records, store_ts)
+        undo: list[tuple[ConsumeQueue, int, int]] = []
+        try:
+            self._dispatch(runs, undo)
+        except OSError as exc:
+            for cq, max_offset, last_commit in undo:
+                cq.files.truncate_from(max_offset * CQ_ENTRY_SIZE)
+                cq.max_offset, cq.last_commit_offset = max_offset, last_commit
+            self.commit_log.truncate_from(start)
+            raise StoreWriteError(f"consume queue write failed: {exc}", exc.errno) from exc
+        return AppendResult(start, self.commit_log.write_offset, len(records))
+
+    def _dispatch(self, runs: list[DispatchRun], undo: list[tuple[ConsumeQueue, int, int]]) -> None:
+        cqs = self.cqs
+        for destinations, entries in runs:
+            last_commit = CQ_ENTRY.unpack_from(entries, len(entries) - CQ_ENTRY_SIZE)[0]
+            for destination in destinations:
+                cq = cqs.get(destination)
+                if cq is None:
+                    continue  # queue deleted between routing and append: nothing to index
+                undo.append((cq, cq.max_offset, cq.last_commit_offset))
+                cq.append(entries, last_commit)
+
+    # -- durability --------------------------------------------------------------------------
+
+    def begin_flush(self) -> FlushTicket:
+        """Prepare an fsync of everything written so far (call sync() in any thread)."""
+        fds = [os.dup(segment.fd) for segment in self.commit_log.take_dirty()]
+        return FlushTicket(fds, self.commit_log.write_offset)
+
+    def flush(self) -> int:
+        self.durable_offset = max(self.durable_offset, self.begin_flush().sync(self.fs))
+        return self.durable_offset
+
+    def begin_checkpoint(self) -> FlushTicket:
+        """Consume-queue files to fsync before a checkpoint at the returned offset."""
+        fds = [os.dup(s.fd) for cq in self.cqs.values() for s in cq.take_dirty()]
+        return FlushTicket(fds, self.commit_log.write_offset)
+
+    def checkpoint(self, ticket: FlushTicket | None = None) -> None:
+        """Record where recovery may start; the commitlog must be durable up to there."""
+        dispatched = (ticket or self.begin_checkpoint()).sync(self.fs)
+        Checkpoint(min(dispatched, self.durable_offset)).save(self.fs, self.checkpoint_path)
+
+    def persist_offsets(self) -> None:
+        if self.offsets.changed:
+            self.offsets.changed = False
+            self.offsets.write(self.offsets.snapshot())
+
+    # -- read --------------------------------------------------------------------------------
+
+    def read(
+        self,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        max_count: int = 256,
+        max_bytes: int = 4 << 20,
+    ) -> ReadResult:
+        """Messages from ``offset``; see ReadStatus for offsets outside [min, max]."""
+        self._check_open()
+        cq = self._cq(queue_id, partition)
+        low = max(cq.min_offset, self.registry.queues[queue_id].floors[partition])
+        high = cq.max_offset
+        status = ReadStatus.FOUND
+        if offset < low:
+            offset, status = low, ReadStatus.MOVED
+        elif offset > high:
+            return ReadResult(ReadStatus.OFFSET_OVERFLOW, [], high, low, high)
+        if offset >= high:
+            empty = ReadStatus.NO_NEW_MESSAGE if status is ReadStatus.FOUND else status
+            return ReadResult(empty, [], offset, low, high)
+        entries = list(CQ_ENTRY.iter_unpack(cq.read_entries(offset, min(max_count, high - offset))))
+        total = 0
+        count = 0
+        for _, size, _ in entries:
+            if count and total + size > max_bytes:
+                break
+            total += size
+            count += 1
+        messages = self._fetch(entries[:count], offset)
+        return ReadResult(status, messages, offset + count, low, high)
+
+    def _fetch(self, entries: list[tuple[int, int, int]], first_offset: int) -> list[StoredMessage]:
+        """Read the records behind ``entries`` with one pread per run of nearby records."""
+        messages: list[StoredMessage] = []
+        segment_size = self.config.segment_size_bytes
+        min_commit = self.commit_log.min_offset
+        i, n = 0, len(entries)
+        while i < n:
+            start, size, _ = entries[i]
+            end = start + size
+            j = i + 1
+            while j < n:
+                commit, size, _ = entries[j]
+                if commit < end or commit - end > _READ_GAP_BYTES:
+                    break
+                if commit // segment_size != start // segment_size:
+                    break
+                end = commit + size
+                j += 1
+            if start >= min_commit:
+                buf = memoryview(self.commit_log.read(start, end - start))
+                for k in range(i, j):
+                    message = self._decode(buf, entries[k], start, first_offset + k)
+                    if message is not None:
+                        messages.append(message)
+            i = j
+        return messages
+
+    def _decode(
+        self, buf: memoryview, entry: tuple[int, int, int], base: int, queue_offset: int
+    ) -> StoredMessage | None:
+        commit, size, _ = entry
+        pos = commit - base
+        if pos + size > len(buf):
+            raise self._corrupt(commit, "record runs past the end of the commitlog")
+        (
+            total,
+            magic,
+            crc,
+            physical,
+            born,
+            stored,
+            flags,
+            dests,
+            exchange_len,
+            key_len,
+            props_len,
+            body_len,
+        ) = HEADER.unpack_from(buf, pos)
+        if magic == HOLE_MAGIC:
+            return None  # removed by repair; the check report listed it
+        if magic != MESSAGE_MAGIC or total != size or physical != commit:
+            raise self._corrupt(commit, "consume queue entry does not match the record")
+        if self.config.verify_crc_on_read and zlib.crc32(buf[pos + 12 : pos + size]) != crc:
+            raise self._corrupt(commit, "crc mismatch")
+        p = pos + HEADER_SIZE + dests * DEST_SIZE
+        exchange = bytes(buf[p : p + exchange_len])
+        p += exchange_len
+        routing_key = bytes(buf[p : p + key_len])
+        p += key_len
+        properties = buf[p : p + props_len]
+        p += props_len
+        return StoredMessage(
+            queue_offset,
+            commit,
+            exchange,
+            routing_key,
+            properties,
+            buf[p : p + body_len],
+            born,
+            stored,
+            flags,
+        )
+
+    def _corrupt(self, commit: int, reason: str) -> CorruptionError:
+        segment_start = commit - commit % self.config.segment_size_bytes
+        return CorruptionError(segment_name(segment_start), commit, reason)
+
+    # -- offsets and counts ------------------------------------------------------------------
+
+    def commit_offset(self, group: str, queue_id: int, partition: int, offset: int) -> None:
+        self._cq(queue_id, partition)
+        key = (group, queue_id, partition)
+        if self.offsets.offsets.get(key) != offset:
+            self.offsets.offsets[key] = offset
+            self.offsets.changed = True
+
+    def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
+        """The committed offset, never below the partition's minimum."""
+        cq = self._cq(queue_id, partition)
+        floor = self.registry.queues[queue_id].floors[partition]
+        committed = self.offsets.offsets.get((group, queue_id, partition), 0)
+        return max(committed, cq.min_offset, floor)
+
+    def partition_range(self, queue_id: int, partition: int) -> tuple[int, int]:
+        cq = self._cq(queue_id, partition)
+        floor = self.registry.queues[queue_id].floors[partition]
+        return max(cq.min_offset, floor), cq.max_offset
+
+    def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
+        info = self.registry.queues.get(queue_id)
+        if info is None:
+            raise UnknownQueue(queue_id)
+        parts = []
+        for p in range(info.partitions):
+            low, high = self.partition_range(queue_id, p)
+            committed = self.committed_offset(group, queue_id, p)
+            parts.append(PartitionStats(p, low, high, committed, info.dropped[p]))
+        ready = sum(s.max_offset - s.committed for s in parts)
+        return QueueStats(queue_id, parts, ready, sum(info.dropped))
+
+    def ready_count(self, queue_id: int, group: str = QUEUE_GROUP) -> int:
+        return self.queue_stats(queue_id, group).ready
+
+    def purge(self, queue_id: int, group: str = QUEUE_GROUP) -> int:
+        """Make every stored message of the queue unreadable; returns how many were ready."""
+        stats = self.queue_stats(queue_id, group)
+        info = self.registry.queues[queue_id]
+        info.floors = [s.max_offset for s in stats.partitions]
+        self.registry.save()
+        return stats.ready
+
+    def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
+        low, _ = self.partition_range(queue_id, partition)
+        return max(low, self._cq(queue_id, partition).offset_for_time(ts_ms))
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int | None = None) -> RetentionReport:
+        """Delete commitlog segments past the retention age or the disk budget."""
+        self._check_open()
+        now = self.clock() if now_ms is None else now_ms
+        log_ = self.commit_log
+        budget = self.config.disk_budget_bytes
+        total = log_.files.total_bytes()
+        deleted = freed = 0
+        while len(log_.files.segments) > 1:
+            first = log_.files.segments[0]
+            last_ts = log_.sealed_ts_ms.get(first.start, 0)
+            too_old = now - last_ts > self.config.retention_ms
+            if not too_old and not (budget is not None and total > budget):
+                break
+            log_.remove_first_segment()
+            total -= first.written
+            freed += first.written
+            deleted += 1
+        dropped: dict[int, int] = {}
+        if deleted:
+            dropped = self._forget_deleted(log_.min_offset)
+            log.info(
+                "retention deleted %d commitlog segment(s), %d bytes; unread messages lost: %s",
+                deleted,
+                freed,
+                dropped or "none",
+            )
+        return RetentionReport(deleted, freed, dropped)
+
+    def _forget_deleted(self, commit_min: int) -> dict[int, int]:
+        dropped: dict[int, int] = {}
+        for (queue_id, partition), cq in self.cqs.items():
+            before = self.committed_offset(QUEUE_GROUP, queue_id, partition)
+            cq.drop_before_commit_offset(commit_min)
+            lost = max(0, min(cq.min_offset, cq.max_offset) - before)
+            if lost:
+                info = self.registry.queues[queue_id]
+                info.dropped[partition] += lost
+                dropped[queue_id] = dropped.get(queue_id, 0) + lost
+        if dropped:
+            self.registry.save()
+        return dropped

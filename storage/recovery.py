@@ -1,0 +1,143 @@
+"""Recovery on open: find the end of the valid commitlog, cut a torn tail, rebuild indexes.
+
+Theory: the checkpoint names a record boundary below which the commitlog was durable and every
+consume-queue entry was fsynced. From there we validate every record (magic, size, offset, CRC).
+Where validation stops we decide between two cases:
+- torn tail: nothing valid follows (a write the crash interrupted) -> truncate, open normally;
+- corruption: a valid record follows the bad one, or the data ends before the checkpoint ->
+  raise CorruptionError naming segment and offset; `mqgw storage repair` is the way forward.
+Then consume-queue entries pointing past the end are dropped, and entries missing after the
+checkpoint are re-dispatched from the records' destination lists (idempotent: an entry is only
+added when its record lies beyond the queue's last entry).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from storage.commit_log import CommitLog, ScanEnd
+from storage.errors import CorruptionError
+from storage.record import CQ_ENTRY, DEST, DEST_SIZE, HEAD, HEADER, HEADER_SIZE, check_record
+from storage.results import RecoveryReport
+from storage.segment_files import segment_name
+from storage.state_files import Checkpoint
+
+if TYPE_CHECKING:
+    from storage.log_store import LogStore
+
+log = logging.getLogger("mqgw.storage")
+
+_PENDING_FLUSH_BYTES = 4 << 20
+
+
+def recover(store: LogStore, checkpoint: Checkpoint) -> RecoveryReport:
+    commit_log = store.commit_log
+    files = commit_log.files
+    start = max(checkpoint.dispatched, files.min_offset)
+    data_end = files.last.end if files.last is not None else 0
+    if files.segments and start > data_end:
+        raise CorruptionError(
+            segment_name(start - start % commit_log.segment_size),
+            start,
+            f"commitlog ends at {data_end}, before the checkpoint at {start}",
+        )
+    end = commit_log.scan(start, None)
+    truncated = 0
+    if end.offset < data_end:
+        if end.offset < checkpoint.dispatched or valid_data_after(commit_log, end):
+            raise CorruptionError(
+                segment_name(end.offset - end.offset % commit_log.segment_size),
+                end.offset,
+                end.problem or "gap in the commitlog",
+            )
+        truncated = data_end - end.offset
+        log.warning(
+            "commitlog: torn tail at offset %d (%s): truncating %d bytes",
+            end.offset,
+            end.problem,
+            truncated,
+        )
+    commit_log.truncate_from(end.offset)
+    dropped = sum(cq.truncate_to_commit_offset(end.offset) for cq in store.cqs.values())
+    for cq in store.cqs.values():
+        # A partly expired first segment: the minimum is the first entry still in the log.
+        cq.drop_before_commit_offset(commit_log.min_offset)
+    redispatched = _redispatch(store, start)
+    # What we recovered may sit unsynced in the page cache after a kill: make it durable now,
+    # so the durable offset and the next checkpoint are honest.
+    if files.last is not None:
+        commit_log.dirty[files.last.start] = files.last
+    for cq in store.cqs.values():
+        if cq.files.last is not None:
+            cq.dirty[cq.files.last.start] = cq.files.last
+    store.flush()
+    store.checkpoint()
+    report = RecoveryReport(start, end.offset, truncated, redispatched, dropped)
+    if truncated or redispatched or dropped:
+        log.info("recovery: %s", report)
+    return report
+
+
+def valid_data_after(commit_log: CommitLog, end: ScanEnd) -> bool:
+    """Is there a valid record after the one that failed? Then the failure is corruption."""
+    return next_valid_offset(commit_log, end.offset) is not None
+
+
+def next_valid_offset(commit_log: CommitLog, bad: int) -> int | None:
+    """Where valid data resumes after a bad record at ``bad`` (None: nothing valid follows).
+
+    Looks at the record its size field points to, then at the start of each later segment.
+    """
+    files = commit_log.files
+    segment = files.find(bad)
+    if segment is not None:
+        head = files.fs.pread(segment.fd, HEAD.size, bad - segment.start)
+        if len(head) == HEAD.size:
+            size = int(HEAD.unpack(head)[0])
+            if HEADER_SIZE <= size <= commit_log.max_record_bytes:
+                nxt = bad + size
+                buf = files.read(nxt, commit_log.max_record_bytes + HEADER_SIZE)
+                if buf and check_record(buf, 0, nxt).size:
+                    return nxt
+    for later in files.segments:
+        if later.start > bad and later.written:
+            buf = files.fs.pread(later.fd, min(later.written, commit_log.max_record_bytes), 0)
+            if check_record(buf, 0, later.start).size:
+                return later.start
+    return None
+
+
+def _redispatch(store: LogStore, start: int) -> int:
+    last_seen = {key: cq.last_commit_offset for key, cq in store.cqs.items()}
+    created = {q: info.created_at for q, info in store.registry.queues.items()}
+    pending: dict[tuple[int, int], bytearray] = {}
+    pending_bytes = 0
+    count = 0
+
+    def flush_pending() -> None:
+        nonlocal pending_bytes
+        for key, entries in pending.items():
+            store.cqs[key].append(entries, last_seen[key])
+        pending.clear()
+        pending_bytes = 0
+
+    def visit(commit: int, buf: bytes, pos: int, size: int) -> None:
+        nonlocal pending_bytes, count
+        fields = HEADER.unpack_from(buf, pos)
+        store_ts, dest_count = fields[5], fields[7]
+        for i in range(dest_count):
+            queue_id, partition, _ = DEST.unpack_from(buf, pos + HEADER_SIZE + i * DEST_SIZE)
+            key = (queue_id, partition)
+            if key not in last_seen or commit < created[queue_id] or commit <= last_seen[key]:
+                continue
+            pending.setdefault(key, bytearray()).extend(CQ_ENTRY.pack(commit, size, store_ts))
+            last_seen[key] = commit
+            pending_bytes += CQ_ENTRY.size
+            count += 1
+        if pending_bytes > _PENDING_FLUSH_BYTES:
+            flush_pending()
+
+    store.commit_log.scan(start, visit)
+    flush_pending()
+    return count

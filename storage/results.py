@@ -1,0 +1,60 @@
+"""Values the store returns. Plain tuples and enums: they cross the process seam unchanged."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple
+
+from storage.record import StoredMessage
+
+QUEUE_GROUP = "$queue"  # the consumer group that belongs to a queue itself
+
+
+class AppendResult(NamedTuple):
+    start_offset: int  # commitlog offset of the first record
+    end_offset: int  # commitlog offset after the last record
+    record_count: int
+
+
+class ReadStatus(StrEnum):
+    FOUND = "found"  # messages from the requested offset
+    MOVED = "moved"  # requested offset was below the minimum; reading began at the minimum
+    NO_NEW_MESSAGE = "no_new_message"  # requested offset == max offset
+    OFFSET_OVERFLOW = "offset_overflow"  # requested offset > max offset; nothing read
+
+
+class ReadResult(NamedTuple):
+    status: ReadStatus
+    messages: list[StoredMessage]
+    next_offset: int  # where the next read should start
+    min_offset: int
+    max_offset: int
+
+
+class PartitionStats(NamedTuple):
+    partition: int
+    min_offset: int  # first readable offset (after retention and purge)
+    max_offset: int
+    committed: int  # the queue's own group
+    dropped_by_retention: int
+
+
+class QueueStats(NamedTuple):
+    queue_id: int
+    partitions: list[PartitionStats]
+    ready: int  # messages after the committed offset, summed over partitions
+    dropped_by_retention: int
+
+
+class RetentionReport(NamedTuple):
+    deleted_segments: int
+    freed_bytes: int
+    dropped_unread: dict[int, int]  # queue id -> messages lost unread in this pass
+
+
+class RecoveryReport(NamedTuple):
+    scanned_from: int
+    end_offset: int
+    truncated_bytes: int  # torn tail cut off
+    redispatched: int  # consume-queue entries rebuilt from the commitlog
+    cq_entries_dropped: int  # entries that pointed past the commitlog's end
