@@ -134,9 +134,15 @@ def encode_chunk(
     head_pack = HEAD.pack
     entry_pack = CQ_ENTRY.pack
     run = runs[-1] if runs else None
+    prev_dests: tuple[Destination, ...] | None = None
+    dest_bytes = b""
+    dest_count = 0
     for index in range(first, len(records)):
         exchange, routing_key, properties, body, dests, born, flags = records[index]
-        dest_bytes = dest_cache.get(dests)
+        if dests is not prev_dests:  # batches usually repeat one destination list
+            dest_bytes = dest_cache.get(dests)
+            dest_count = len(dests)
+            prev_dests = dests
         size = (
             HEADER_SIZE
             + len(dest_bytes)
@@ -156,7 +162,7 @@ def encode_chunk(
                     born,
                     store_ts_ms,
                     flags,
-                    len(dests),
+                    dest_count,
                     len(exchange),
                     len(routing_key),
                     len(properties),

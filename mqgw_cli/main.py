@@ -1,0 +1,73 @@
+"""`mqgw`: one entry point for every process and tool of the project."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def _storage_check(args: argparse.Namespace) -> int:
+    from storage.check import check_store, config_for, repair_store
+
+    config = config_for(Path(args.data_dir))
+    report = repair_store(config) if args.command == "repair" else check_store(config)
+    verb = "repaired" if args.command == "repair" else "found"
+    print(
+        f"{report.segments} segment(s), {report.records} valid record(s), "
+        f"end of valid data at offset {report.end_offset}"
+    )
+    for problem in report.problems:
+        print(f"{verb}: {problem.describe()}")
+    if report.ok:
+        print("ok: no damaged records")
+        return 0
+    return 0 if args.command == "repair" else 1
+
+
+def _bench_store(args: argparse.Namespace) -> int:
+    from bench.store_bench import run
+
+    run(args.data_dir, args.seconds, args.backlog, args.quick, args.json)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mqgw", description=__doc__)
+    parser.add_argument("--log-level", default="INFO")
+    commands = parser.add_subparsers(dest="process", required=True)
+
+    storage = commands.add_parser("storage", help="inspect and repair a log store directory")
+    storage_cmds = storage.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("check", "verify every commitlog record (CRC, size, offsets); exit 1 on damage"),
+        ("repair", "make a damaged store openable, keeping every valid record"),
+    ):
+        sub = storage_cmds.add_parser(name, help=text)
+        sub.add_argument("data_dir", help="the store directory (e.g. ./data/store)")
+        sub.set_defaults(func=_storage_check)
+
+    bench = commands.add_parser("bench", help="benchmarks")
+    bench_cmds = bench.add_subparsers(dest="command", required=True)
+    store = bench_cmds.add_parser("store", help="log store appends, reads and catch-up")
+    store.add_argument("--seconds", type=float, default=3.0, help="per append run")
+    store.add_argument("--backlog", type=int, default=10_000_000, help="catch-up records (0: skip)")
+    store.add_argument("--quick", action="store_true", help="100 B records only")
+    store.add_argument("--data-dir", type=Path, default=None, help="scratch dir (default: tmp)")
+    store.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
+    store.set_defaults(func=_bench_store)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
