@@ -16,8 +16,6 @@ from pathlib import Path
 from storage.errors import DiskFull, StoreWriteError
 from storage.file_system import FileSystem
 from storage.record import (
-    BLANK,
-    BLANK_MAGIC,
     BLANK_SIZE,
     DestinationCache,
     DispatchRun,
@@ -60,23 +58,38 @@ class CommitLog:
 
     def load(self) -> None:
         self.files.load()
-        for segment in self.files.segments[:-1]:
-            self.sealed_ts_ms[segment.start] = self._filler_ts(segment)
+        for segment in self.files.segments:
+            last_ts = self._filler_ts(segment)
+            if last_ts is not None:
+                self.sealed_ts_ms[segment.start] = last_ts
 
-    def _filler_ts(self, segment: Segment) -> int:
-        if segment.written >= BLANK_SIZE:
-            data = self.files.fs.pread(segment.fd, BLANK_SIZE, segment.written - BLANK_SIZE)
-            _, magic, _, _, last_ts = BLANK.unpack(data)
-            if magic == BLANK_MAGIC:
-                return int(last_ts)
-        return 0
+    def _filler_ts(self, segment: Segment) -> int | None:
+        """The store timestamp in the filler that seals ``segment``; None if not sealed."""
+        if segment.written < BLANK_SIZE:
+            return None
+        pos = segment.written - BLANK_SIZE
+        data = self.files.fs.pread(segment.fd, BLANK_SIZE, pos)
+        found = check_record(data, 0, segment.start + pos)
+        if not found.is_blank or pos + found.size != self.segment_size:
+            return None
+        return found.store_ts_ms
+
+    @property
+    def logical_end(self) -> int:
+        """End of the data on disk; a segment sealed by a filler reaches its boundary."""
+        last = self.files.last
+        if last is None:
+            return self.write_offset
+        if last.start in self.sealed_ts_ms:
+            return last.start + self.segment_size
+        return last.end
 
     @property
     def min_offset(self) -> int:
         return self.files.min_offset if self.files.segments else self.write_offset
 
-    def append(self, records: Sequence[Record], store_ts_ms: int) -> list[DispatchRun]:
-        """Write ``records``; returns the consume-queue entries to dispatch."""
+    def append(self, records: Sequence[Record], store_ts_ms: int) -> tuple[int, list[DispatchRun]]:
+        """Write ``records``; returns the first record's offset and the entries to dispatch."""
         runs: list[DispatchRun] = []
         plan: list[tuple[int, bytes | bytearray, bool]] = []
         pos = self.write_offset
@@ -104,7 +117,8 @@ class CommitLog:
         self._write(plan, store_ts_ms)
         self.write_offset = pos
         self.last_store_ts_ms = store_ts_ms
-        return runs
+        first = next(offset for offset, _, is_filler in plan if not is_filler)
+        return first, runs
 
     def _write(self, plan: list[tuple[int, bytes | bytearray, bool]], store_ts_ms: int) -> None:
         created: list[Segment] = []

@@ -241,7 +241,7 @@ class LogStore:
         if not records:
             return AppendResult(start, start, 0)
         store_ts = max(self.clock(), self.commit_log.last_store_ts_ms)
-        runs = self.commit_log.append(records, store_ts)
+        first, runs = self.commit_log.append(records, store_ts)
         undo: list[tuple[ConsumeQueue, int, int]] = []
         try:
             self._dispatch(runs, undo)
@@ -251,7 +251,7 @@ class LogStore:
                 cq.max_offset, cq.last_commit_offset = max_offset, last_commit
             self.commit_log.truncate_from(start)
             raise StoreWriteError(f"consume queue write failed: {exc}", exc.errno) from exc
-        return AppendResult(start, self.commit_log.write_offset, len(records))
+        return AppendResult(first, self.commit_log.write_offset, len(records))
 
     def _dispatch(self, runs: list[DispatchRun], undo: list[tuple[ConsumeQueue, int, int]]) -> None:
         cqs = self.cqs

@@ -35,7 +35,7 @@ def recover(store: LogStore, checkpoint: Checkpoint) -> RecoveryReport:
     commit_log = store.commit_log
     files = commit_log.files
     start = max(checkpoint.dispatched, files.min_offset)
-    data_end = files.last.end if files.last is not None else 0
+    data_end = commit_log.logical_end
     if files.segments and start > data_end:
         raise CorruptionError(
             segment_name(start - start % commit_log.segment_size),

@@ -123,3 +123,25 @@ def test_check_on_a_healthy_store_counts_every_record(small_config: StoreConfig)
     assert report.ok
     assert report.records == 120
     assert report.segments >= 3
+
+
+def test_checkpoint_on_a_segment_boundary_after_a_crash_mid_rollover(
+    small_config: StoreConfig,
+) -> None:
+    """A kill between sealing a segment and creating the next leaves a checkpoint exactly at
+    the boundary, past the last file's bytes; reopening must treat it as the end, twice."""
+    offsets = _fill(small_config, 60)
+    segments = sorted((small_config.data_dir / "commitlog").iterdir())
+    boundary = int(segments[-1].name)
+    segments[-1].unlink()  # the crash happened before the new segment existed
+    _crash_copy(small_config)
+    kept = sum(1 for o in offsets if o < boundary)
+    for _ in range(2):  # the first open checkpoints at the boundary, the second must accept it
+        store = LogStore.open(small_config)
+        assert store.commit_log.write_offset == boundary
+        store.close()
+    store = LogStore.open(small_config)
+    store.append([rec(b"next", (1, 0))])
+    assert store.commit_log.write_offset > boundary
+    store.close()
+    assert _all_bodies(small_config) == [b"r%03d" % i for i in range(kept)] + [b"next"]
