@@ -1,0 +1,1 @@
+"""Metadata model (vhosts, users, exchanges, queues, bindings) and its stores."""

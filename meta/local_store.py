@@ -1,0 +1,336 @@
+"""LocalMetadataStore: the embedded node's metadata, in memory plus one JSON file.
+
+Durable exchanges and queues, bindings between durable ends, vhosts, users and
+permissions are written to ``<data_dir>/metadata.json`` after every change that
+touches them: write a temp file, fsync, os.replace, fsync the directory, so a crash
+leaves either the old or the new file. Transient entities live in memory only.
+
+Writes are group-committed: concurrent mutations share one write, and snapshots
+are taken under a lock so an older snapshot never replaces a newer one.
+Queue ids come from a counter persisted in blocks ahead of use, so an id is never
+handed out twice, even across crashes and even for transient queues.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel
+
+from meta import checks
+from meta.amqp_values import from_json, to_json
+from meta.errors import vhost_not_found
+from meta.models import (
+    BUILTIN_EXCHANGE_TYPES,
+    DEFAULT_VHOST,
+    PREDECLARED_EXCHANGES,
+    BindingDef,
+    Deletions,
+    ExchangeDef,
+    Permission,
+    QueueDef,
+    User,
+    VHost,
+)
+from meta.password import check_password, hash_password
+from meta.state import MetadataState
+
+FILE_NAME = "metadata.json"
+FORMAT_VERSION = 1
+QUEUE_ID_BLOCK = 1024
+_PREDECLARED_NAMES = frozenset(name for name, _, _ in PREDECLARED_EXCHANGES)
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _dump(model: BaseModel) -> dict[str, Any]:
+    data = model.model_dump(mode="python")
+    if "arguments" in data:
+        data["arguments"] = to_json(data["arguments"])
+    return data
+
+
+def _load(model_type: type[_M], data: dict[str, Any]) -> _M:
+    if "arguments" in data:
+        data = {**data, "arguments": from_json(data["arguments"])}
+    return model_type.model_validate(data)
+
+
+def write_file_atomically(path: Path, payload: bytes) -> None:
+    """Replace ``path`` with ``payload`` so that a crash leaves old or new, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+class LocalMetadataStore:
+    """The MetadataStore of an embedded node. Construct once; it loads synchronously."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        exchange_types: Iterable[str] = BUILTIN_EXCHANGE_TYPES,
+        max_topic_hash_wildcards: int | None = checks.MAX_TOPIC_HASH_WILDCARDS,
+    ) -> None:
+        self._dir = Path(data_dir)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._path = self._dir / FILE_NAME
+        self._users: dict[str, User] = {}
+        self._permissions: dict[tuple[str, str], Permission] = {}
+        self._next_queue_id = 1
+        self._queue_id_reserved_until = 1  # ids below this may have been handed out
+        self._state = MetadataState(
+            self._allocate_queue_id, exchange_types, max_topic_hash_wildcards
+        )
+        self._version = 0
+        self._persisted_version = 0
+        self._persisted_queue_id_floor = 1
+        self._write_lock = anyio.Lock()
+        if self._path.exists():
+            self._load_file()
+        else:
+            self._bootstrap()
+            write_file_atomically(self._path, self._snapshot())
+            self._persisted_queue_id_floor = self._queue_id_reserved_until
+
+    # --- persistence ---
+
+    def _bootstrap(self) -> None:
+        """A fresh node: vhost '/', user guest/guest (administrator) with full rights."""
+        self._state.add_vhost(VHost(name=DEFAULT_VHOST))
+        self._users["guest"] = User(
+            name="guest", password_hash=hash_password("guest"), tags=("administrator",)
+        )
+        self._permissions[("guest", DEFAULT_VHOST)] = Permission(user="guest", vhost=DEFAULT_VHOST)
+
+    def _allocate_queue_id(self) -> int:
+        if self._next_queue_id >= self._queue_id_reserved_until:
+            # Reserve a block; the caller's mutation persists it before the id escapes.
+            self._queue_id_reserved_until = self._next_queue_id + QUEUE_ID_BLOCK
+        queue_id = self._next_queue_id
+        self._next_queue_id += 1
+        return queue_id
+
+    def _snapshot(self) -> bytes:
+        exchanges, queues, bindings = [], [], []
+        for state in self._state.vhosts.values():
+            exchanges += [
+                _dump(x)
+                for x in state.exchanges.values()
+                if x.durable and x.name not in _PREDECLARED_NAMES
+            ]
+            queues += [_dump(q) for q in state.queues.values() if q.durable]
+            bindings += [
+                _dump(b)
+                for group in state.by_source.values()
+                for b in group.values()
+                if state.is_durable_binding(b)
+            ]
+        document = {
+            "format": FORMAT_VERSION,
+            "queue_id_floor": self._queue_id_reserved_until,
+            "vhosts": [_dump(s.vhost) for s in self._state.vhosts.values()],
+            "users": [_dump(u) for u in self._users.values()],
+            "permissions": [_dump(p) for p in self._permissions.values()],
+            "exchanges": exchanges,
+            "queues": queues,
+            "bindings": bindings,
+        }
+        return json.dumps(document, indent=1, sort_keys=True).encode("utf-8")
+
+    def _load_file(self) -> None:
+        document = json.loads(self._path.read_bytes())
+        if document.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{self._path}: unsupported format {document.get('format')!r}")
+        floor = int(document["queue_id_floor"])
+        self._next_queue_id = self._queue_id_reserved_until = floor
+        self._persisted_queue_id_floor = floor
+        for data in document["vhosts"]:
+            self._state.add_vhost(_load(VHost, data))
+        for data in document["users"]:
+            user = _load(User, data)
+            self._users[user.name] = user
+        for data in document["permissions"]:
+            permission = _load(Permission, data)
+            self._permissions[(permission.user, permission.vhost)] = permission
+        self._state.restore(
+            [_load(ExchangeDef, d) for d in document["exchanges"]],
+            [_load(QueueDef, d) for d in document["queues"]],
+            [_load(BindingDef, d) for d in document["bindings"]],
+        )
+
+    async def _commit(self) -> None:
+        """Persist everything up to now; returns once it is durable on disk."""
+        self._version += 1
+        target = self._version
+        async with self._write_lock:
+            if self._persisted_version >= target:
+                return  # another writer's snapshot already contained our change
+            version, floor = self._version, self._queue_id_reserved_until
+            payload = self._snapshot()
+            await anyio.to_thread.run_sync(write_file_atomically, self._path, payload)
+            self._persisted_version, self._persisted_queue_id_floor = version, floor
+
+    async def _commit_if(self, durable_changed: bool) -> None:
+        # A new queue-id block must be on disk before any id from it is handed out.
+        if durable_changed or self._queue_id_reserved_until > self._persisted_queue_id_floor:
+            await self._commit()
+
+    # --- vhosts ---
+
+    async def list_vhosts(self) -> list[VHost]:
+        return [s.vhost for s in self._state.vhosts.values()]
+
+    async def get_vhost(self, name: str) -> VHost | None:
+        state = self._state.vhosts.get(name)
+        return state.vhost if state else None
+
+    async def add_vhost(self, vhost: VHost) -> None:
+        await self._commit_if(self._state.add_vhost(vhost))
+
+    async def delete_vhost(self, name: str) -> Deletions:
+        deletions = self._state.delete_vhost(name)
+        for key in [k for k in self._permissions if k[1] == name]:
+            del self._permissions[key]
+        await self._commit_if(bool(deletions))
+        return deletions
+
+    # --- users and permissions ---
+
+    async def list_users(self) -> list[User]:
+        return list(self._users.values())
+
+    async def get_user(self, name: str) -> User | None:
+        return self._users.get(name)
+
+    async def put_user(self, user: User) -> None:
+        self._users[user.name] = user
+        await self._commit()
+
+    async def delete_user(self, name: str) -> bool:
+        if self._users.pop(name, None) is None:
+            return False
+        for key in [k for k in self._permissions if k[0] == name]:
+            del self._permissions[key]
+        await self._commit()
+        return True
+
+    async def authenticate(self, name: str, password: str) -> User | None:
+        user = self._users.get(name)
+        if user is None or not check_password(password, user.password_hash, user.hashing_algorithm):
+            return None
+        return user
+
+    async def set_permission(self, permission: Permission) -> None:
+        if permission.vhost not in self._state.vhosts:
+            raise vhost_not_found(permission.vhost)
+        self._permissions[(permission.user, permission.vhost)] = permission
+        await self._commit()
+
+    async def clear_permission(self, user: str, vhost: str) -> None:
+        if self._permissions.pop((user, vhost), None) is not None:
+            await self._commit()
+
+    async def get_permission(self, user: str, vhost: str) -> Permission | None:
+        return self._permissions.get((user, vhost))
+
+    async def list_permissions(self, vhost: str | None = None) -> list[Permission]:
+        return [p for p in self._permissions.values() if vhost is None or p.vhost == vhost]
+
+    # --- exchanges ---
+
+    async def declare_exchange(self, definition: ExchangeDef, passive: bool = False) -> ExchangeDef:
+        exchange, created = self._state.declare_exchange(definition, passive)
+        await self._commit_if(created and exchange.durable)
+        return exchange
+
+    async def get_exchange(self, vhost: str, name: str) -> ExchangeDef | None:
+        state = self._state.vhosts.get(vhost)
+        return state.exchanges.get(name) if state else None
+
+    async def list_exchanges(self, vhost: str) -> list[ExchangeDef]:
+        return list(self._state.vhost(vhost).exchanges.values())
+
+    async def delete_exchange(self, vhost: str, name: str, if_unused: bool = False) -> Deletions:
+        deletions = self._state.delete_exchange(vhost, name, if_unused)
+        await self._commit_if(deletions.touches_durable)
+        return deletions
+
+    # --- queues ---
+
+    async def declare_queue(
+        self, definition: QueueDef, passive: bool = False, connection_id: str | None = None
+    ) -> QueueDef:
+        queue, created = self._state.declare_queue(definition, passive, connection_id)
+        await self._commit_if(created and queue.durable)
+        return queue
+
+    async def get_queue(self, vhost: str, name: str) -> QueueDef | None:
+        state = self._state.vhosts.get(vhost)
+        return state.queues.get(name) if state else None
+
+    async def list_queues(self, vhost: str) -> list[QueueDef]:
+        return list(self._state.vhost(vhost).queues.values())
+
+    async def delete_queue(
+        self,
+        vhost: str,
+        name: str,
+        connection_id: str | None = None,
+        check_exclusive: bool = True,
+    ) -> Deletions:
+        deletions = self._state.delete_queue(vhost, name, connection_id, check_exclusive)
+        await self._commit_if(deletions.touches_durable)
+        return deletions
+
+    async def delete_exclusive_queues(self, owner: str) -> Deletions:
+        deletions = self._state.delete_exclusive_queues(owner)
+        await self._commit_if(deletions.touches_durable)
+        return deletions
+
+    # --- bindings ---
+
+    async def bind(
+        self,
+        binding: BindingDef,
+        connection_id: str | None = None,
+        check_exclusive: bool = True,
+    ) -> bool:
+        created = self._state.bind(binding, connection_id, check_exclusive)
+        state = self._state.vhost(binding.vhost)
+        await self._commit_if(created and state.is_durable_binding(binding))
+        return created
+
+    async def unbind(
+        self,
+        binding: BindingDef,
+        connection_id: str | None = None,
+        check_exclusive: bool = True,
+    ) -> Deletions:
+        deletions = self._state.unbind(binding, connection_id, check_exclusive)
+        await self._commit_if(deletions.touches_durable)
+        return deletions
+
+    async def list_bindings(self, vhost: str) -> list[BindingDef]:
+        state = self._state.vhost(vhost)
+        return [b for group in state.by_source.values() for b in group.values()]
+
+    async def bindings_for(self, vhost: str, source: str) -> list[BindingDef]:
+        return list(self._state.vhost(vhost).by_source.get(source, {}).values())
+
+    async def close(self) -> None:
+        await self._commit_if(False)

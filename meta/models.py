@@ -1,0 +1,134 @@
+"""Pydantic models of the metadata, shaped like RabbitMQ's definitions JSON.
+
+``arguments`` hold plain decoded AMQP values; ``argument_types`` optionally records
+the wire type of each top-level argument (as the client sent it) so that error texts
+can name it as RabbitMQ does. Missing entries are inferred (see amqp_values.infer_type).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from meta.amqp_values import erlang_term, infer_type
+
+# Built-in exchange types; plugins (x-delayed-message, ...) register more in the store.
+BUILTIN_EXCHANGE_TYPES: frozenset[str] = frozenset({"direct", "fanout", "topic", "headers"})
+DELAYED_MESSAGE_EXCHANGE_TYPE = "x-delayed-message"
+
+DEFAULT_VHOST = "/"
+DEFAULT_EXCHANGE = ""
+
+# rabbit_vhost:declare_default_exchanges/2: (name, type, internal); all durable.
+PREDECLARED_EXCHANGES: tuple[tuple[str, str, bool], ...] = (
+    ("", "direct", False),
+    ("amq.direct", "direct", False),
+    ("amq.topic", "topic", False),
+    ("amq.match", "headers", False),
+    ("amq.headers", "headers", False),
+    ("amq.fanout", "fanout", False),
+    ("amq.rabbitmq.trace", "topic", True),
+)
+
+DestinationType = Literal["queue", "exchange"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class VHost(_Model):
+    name: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+
+
+class User(_Model):
+    name: str
+    password_hash: str
+    hashing_algorithm: str = "rabbit_password_hashing_sha256"
+    tags: tuple[str, ...] = ()
+
+    @property
+    def is_administrator(self) -> bool:
+        return "administrator" in self.tags
+
+
+class Permission(_Model):
+    """Regexes matched against resource names, as in RabbitMQ (``^$`` = nothing)."""
+
+    user: str
+    vhost: str
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+
+class _WithArguments(_Model):
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    argument_types: dict[str, str] = Field(default_factory=dict)
+
+    def argument_type(self, key: str) -> str:
+        """The AMQP type of argument ``key`` as sent, or as RabbitMQ would infer it."""
+        known = self.argument_types.get(key)
+        return known if known is not None else infer_type(self.arguments[key])
+
+
+class ExchangeDef(_WithArguments):
+    vhost: str
+    name: str
+    type: str
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        value = self.arguments.get("alternate-exchange")
+        return value if isinstance(value, str) else None
+
+
+class QueueDef(_WithArguments):
+    vhost: str
+    name: str
+    durable: bool = True
+    exclusive_owner: str | None = None  # connection id of the exclusive owner
+    auto_delete: bool = False
+    queue_id: int = 0  # assigned by the store; never reused
+    partitions: int = 1
+
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+
+class BindingDef(_WithArguments):
+    vhost: str
+    source: str
+    destination: str
+    destination_type: DestinationType
+    routing_key: str = ""
+
+    @property
+    def identity(self) -> tuple[str, str, str, str, Any]:
+        """What makes two bindings the same (RabbitMQ: source, destination, key, args)."""
+        return (
+            self.source,
+            self.destination_type,
+            self.destination,
+            self.routing_key,
+            erlang_term(self.arguments),
+        )
+
+
+class Deletions(_Model):
+    """Everything one store operation removed, cascades included, for cache updates."""
+
+    exchanges: tuple[ExchangeDef, ...] = ()
+    queues: tuple[QueueDef, ...] = ()
+    bindings: tuple[BindingDef, ...] = ()
+    touches_durable: bool = False  # whether persisted state changed
+
+    def __bool__(self) -> bool:
+        return bool(self.exchanges or self.queues or self.bindings)

@@ -1,0 +1,92 @@
+"""The metadata store interface: one Protocol, several implementations.
+
+Implementations: ``LocalMetadataStore`` (embedded node, JSON file) now; a Redis store
+later. Both must pass the same contract tests (tests/meta). Methods are async so a
+networked store fits; errors are the typed ones in meta.errors with RabbitMQ's texts.
+Mutations that remove things return ``Deletions`` (cascades included) so callers can
+update their routing caches incrementally.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from meta.models import BindingDef, Deletions, ExchangeDef, Permission, QueueDef, User, VHost
+
+
+class MetadataStore(Protocol):
+    # --- vhosts ---
+    async def list_vhosts(self) -> list[VHost]: ...
+    async def get_vhost(self, name: str) -> VHost | None: ...
+    async def add_vhost(self, vhost: VHost) -> None:
+        """Create (idempotent) with the predeclared exchanges."""
+
+    async def delete_vhost(self, name: str) -> Deletions: ...
+
+    # --- users and permissions ---
+    async def list_users(self) -> list[User]: ...
+    async def get_user(self, name: str) -> User | None: ...
+    async def put_user(self, user: User) -> None:
+        """Create or replace."""
+
+    async def delete_user(self, name: str) -> bool:
+        """Also drops the user's permissions. False if there was no such user."""
+
+    async def authenticate(self, name: str, password: str) -> User | None: ...
+    async def set_permission(self, permission: Permission) -> None: ...
+    async def clear_permission(self, user: str, vhost: str) -> None: ...
+    async def get_permission(self, user: str, vhost: str) -> Permission | None: ...
+    async def list_permissions(self, vhost: str | None = None) -> list[Permission]: ...
+
+    # --- exchanges ---
+    async def declare_exchange(self, definition: ExchangeDef, passive: bool = False) -> ExchangeDef:
+        """Create, or check equivalence with the existing one (which is returned)."""
+
+    async def get_exchange(self, vhost: str, name: str) -> ExchangeDef | None: ...
+    async def list_exchanges(self, vhost: str) -> list[ExchangeDef]: ...
+    async def delete_exchange(self, vhost: str, name: str, if_unused: bool = False) -> Deletions:
+        """Missing exchange: empty Deletions (RabbitMQ's ensure_deleted)."""
+
+    # --- queues ---
+    async def declare_queue(
+        self, definition: QueueDef, passive: bool = False, connection_id: str | None = None
+    ) -> QueueDef:
+        """Create (name '' = server-named) or check equivalence; returns the stored queue.
+
+        ``definition.exclusive_owner`` is the declaring connection when exclusive;
+        ``connection_id`` is the declaring connection for the passive exclusivity check.
+        """
+
+    async def get_queue(self, vhost: str, name: str) -> QueueDef | None: ...
+    async def list_queues(self, vhost: str) -> list[QueueDef]: ...
+    async def delete_queue(
+        self,
+        vhost: str,
+        name: str,
+        connection_id: str | None = None,
+        check_exclusive: bool = True,
+    ) -> Deletions:
+        """if-unused/if-empty are the caller's (it knows consumers and counts)."""
+
+    async def delete_exclusive_queues(self, owner: str) -> Deletions:
+        """Drop every queue exclusively owned by connection ``owner`` (it closed)."""
+
+    # --- bindings ---
+    async def bind(
+        self,
+        binding: BindingDef,
+        connection_id: str | None = None,
+        check_exclusive: bool = True,
+    ) -> bool:
+        """True if the binding is new, False if it already existed."""
+
+    async def unbind(
+        self,
+        binding: BindingDef,
+        connection_id: str | None = None,
+        check_exclusive: bool = True,
+    ) -> Deletions: ...
+    async def list_bindings(self, vhost: str) -> list[BindingDef]: ...
+    async def bindings_for(self, vhost: str, source: str) -> list[BindingDef]: ...
+
+    async def close(self) -> None: ...
