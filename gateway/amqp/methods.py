@@ -1,0 +1,114 @@
+"""Method helpers shared by the connection and channel layers."""
+
+from __future__ import annotations
+
+import platform
+import struct
+from typing import Any
+
+from pamqp import base, commands
+
+from gateway.amqp.errors import AMQPError, CommandInvalid, FrameError, NotAllowed, erlang_binary
+
+METHOD_INDEX = struct.Struct(">I")  # class id << 16 | method id, first in a method frame
+
+
+def method_index(payload: bytes) -> int:
+    """Peek a method frame's (class, method) index without decoding its fields."""
+    index: int = METHOD_INDEX.unpack_from(payload)[0]
+    return index
+
+
+def method_ids(method: base.Frame | type[base.Frame]) -> tuple[int, int]:
+    """(class id, method id) of a pamqp method."""
+    return method.index >> 16, method.index & 0xFFFF
+
+
+def decode_method(payload: bytes) -> base.Frame:
+    """Decode a method frame payload with pamqp's catalogue.
+
+    Unknown (class, method) ids are COMMAND_INVALID (RabbitMQ just drops the
+    socket); fields that do not decode are FRAME_ERROR "cannot decode <<...>>"
+    (rabbit_misc:frame_error).
+    """
+    index = method_index(payload)
+    method_class = commands.INDEX_MAPPING.get(index)
+    if method_class is None:
+        raise CommandInvalid(f"unknown method {{{index >> 16},{index & 0xFFFF}}}")
+    method: base.Frame = method_class()
+    try:
+        method.unmarshal(payload[4:])
+    except Exception as err:  # pamqp lets struct/Value/Overflow/Recursion errors out
+        detail = f"cannot decode {erlang_binary(payload[4:68], as_text=False)}"
+        raise FrameError(detail, index >> 16, index & 0xFFFF) from err
+    return method
+
+
+def connection_close(error: AMQPError) -> commands.Connection.Close:
+    return commands.Connection.Close(
+        error.reply_code, error.reply_text, error.class_id, error.method_id
+    )
+
+
+def channel_close(error: AMQPError) -> commands.Channel.Close:
+    return commands.Channel.Close(
+        error.reply_code, error.reply_text, error.class_id, error.method_id
+    )
+
+
+def check_tune_value(field: str, minimum: int, server_value: int, client_value: int) -> int:
+    """Validate a tune-ok value as rabbit_reader:validate_negotiated_integer_value.
+
+    The client's value is the negotiated one; it must be within [minimum,
+    server_value] (0 = "no limit" is refused because the server has a limit).
+    """
+    if client_value != 0 and client_value < minimum:
+        raise NotAllowed(
+            f"negotiated {field} = {client_value} is lower than the minimum allowed value "
+            f"({minimum})",
+            10,
+            30,
+        )
+    if server_value != 0 and (client_value == 0 or client_value > server_value):
+        detail = " (no limit)" if field == "channel_max" and client_value == 0 else ""
+        raise NotAllowed(
+            f"negotiated {field} = {client_value}{detail} is higher than the maximum allowed "
+            f"value ({server_value})",
+            10,
+            30,
+        )
+    return client_value
+
+
+def negotiate(server_value: int, client_value: int) -> int:
+    """What clients answer in tune-ok: the lower non-zero proposal (0 = none/off)."""
+    if server_value == 0 or client_value == 0:
+        return max(server_value, client_value)
+    return min(server_value, client_value)
+
+
+SERVER_CAPABILITIES: dict[str, Any] = dict.fromkeys(
+    (
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "consumer_priorities",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "direct_reply_to",
+    ),
+    True,
+)
+
+
+def server_properties_table(version: str, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """connection.start's server-properties: who we are and RabbitMQ's capabilities."""
+    return {
+        "product": "mqgw",
+        "version": version,
+        "platform": f"Python {platform.python_version()}",
+        "capabilities": dict(SERVER_CAPABILITIES),
+        **(extra or {}),
+    }
