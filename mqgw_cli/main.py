@@ -33,10 +33,37 @@ def _bench_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from gateway.server import run
+    from gateway.settings import GatewaySettings
+
+    settings = GatewaySettings.load(
+        args.config,
+        amqp_host=args.host,
+        admin_host=args.host,
+        amqp_port=args.amqp_port,
+        admin_port=args.admin_port,
+        data_dir=args.data_dir,
+    )
+    run(settings, args.backend)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgw", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
     commands = parser.add_subparsers(dest="process", required=True)
+
+    serve = commands.add_parser("serve", help="run an embedded gateway node (AMQP + admin)")
+    serve.add_argument("--config", type=Path, default=None, help="TOML settings file")
+    serve.add_argument(
+        "--host", default=None, help="listen address for AMQP and admin (default 0.0.0.0)"
+    )
+    serve.add_argument("--amqp-port", type=int, default=None, help="default 5672")
+    serve.add_argument("--admin-port", type=int, default=None, help="default 15672; 0: off")
+    serve.add_argument("--data-dir", type=Path, default=None, help="default ./data")
+    serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    serve.set_defaults(func=_serve)
 
     storage = commands.add_parser("storage", help="inspect and repair a log store directory")
     storage_cmds = storage.add_subparsers(dest="command", required=True)

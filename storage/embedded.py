@@ -79,14 +79,24 @@ class EmbeddedStore:
         self.committer = GroupCommitter(store)
         self._sync = store.config.flush is FlushPolicy.SYNC
 
-    async def append(self, records: Sequence[Record]) -> AppendResult:
-        """Completes when the batch is durable under the flush policy."""
+    async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
+        """Append a batch; by default completes when it is durable under the flush policy.
+
+        With ``wait_durable=False`` it completes once written (readable, ordered) and the
+        caller awaits ``wait_durable(result.end_offset)`` before confirming: publishes stay in
+        channel order while their confirms wait for the fsync.
+        """
         if self.committer.failure is not None:
             raise StoreWriteError(f"store failed an fsync earlier: {self.committer.failure}")
         result = self.log.append(records)
-        if self._sync:
-            await self.committer.wait_durable(result.end_offset)
+        if wait_durable:
+            await self.wait_durable(result.end_offset)
         return result
+
+    async def wait_durable(self, end_offset: int) -> None:
+        """Completes when everything before ``end_offset`` is durable under the policy."""
+        if self._sync:
+            await self.committer.wait_durable(end_offset)
 
     async def read(
         self,
@@ -102,6 +112,10 @@ class EmbeddedStore:
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
         self.log.create_queue(queue_id, partitions)
+
+    async def queues(self) -> dict[int, int]:
+        """Queue id -> partitions, for every queue the store holds."""
+        return self.log.queues()
 
     async def delete_queue(self, queue_id: int) -> None:
         self.log.delete_queue(queue_id)

@@ -1,0 +1,1 @@
+"""Admin HTTP API (FastAPI on the gateway's event loop)."""

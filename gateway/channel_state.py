@@ -1,0 +1,110 @@
+"""Per-channel broker state: consumers, unacked deliveries, prefetch, confirm and tx modes.
+
+Plain state with small invariants; the session (per connection) drives it. Delivery tags are
+per channel and increase by one per delivery, as the spec requires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from storage import Record, StoredMessage
+
+if TYPE_CHECKING:
+    from gateway.queue_runtime import QueueRuntime
+    from gateway.session import Session
+
+
+@dataclass(eq=False, slots=True)
+class Consumer:
+    tag: str
+    channel: ChannelState
+    queue: QueueRuntime
+    no_ack: bool
+    exclusive: bool
+    priority: int
+    prefetch: int  # per-consumer limit (0: none), fixed when the consumer was created
+    unacked: int = 0
+
+    def has_credit(self) -> bool:
+        channel = self.channel
+        if not channel.flow_active or not channel.session.writable or channel.closing:
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return not (channel.prefetch_global and len(channel.unacked) >= channel.prefetch_global)
+
+
+@dataclass(eq=False, slots=True)
+class Delivery:
+    """A message handed to a client and not yet settled (ack, nack, reject, close)."""
+
+    queue: QueueRuntime
+    partition: int
+    message: StoredMessage
+    consumer: Consumer | None  # None for basic.get
+
+
+@dataclass(slots=True)
+class TxAction:
+    """What tx.commit must apply: acks/nacks/rejects in their arrival order."""
+
+    kind: str  # "ack" | "nack" | "reject"
+    delivery_tag: int
+    multiple: bool
+    requeue: bool
+
+
+@dataclass(slots=True)
+class PendingPublish:
+    """A routed publish waiting for its batch append (tx or confirm bookkeeping)."""
+
+    record: Record | None  # None: routed nowhere (nothing to store)
+    confirm_tag: int  # 0 when the channel is not in confirm mode
+
+
+@dataclass(eq=False)
+class ChannelState:
+    number: int
+    session: Session
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    unacked: dict[int, Delivery] = field(default_factory=dict)  # insertion order = tag order
+    next_delivery_tag: int = 1
+    prefetch_count: int = 0  # applies to consumers created after basic.qos(global=false)
+    prefetch_global: int = 0  # channel-wide limit from basic.qos(global=true)
+    flow_active: bool = True
+    confirm_mode: bool = False
+    next_publish_tag: int = 1
+    tx_mode: bool = False
+    tx_publishes: list[Record] = field(default_factory=list)
+    tx_actions: list[TxAction] = field(default_factory=list)
+    queue_partition: dict[int, int] = field(default_factory=dict)  # sticky publish partition
+    last_queue: str = ""  # '' in a queue method means this one (RabbitMQ's shortcut)
+    closing: bool = False
+
+    def take_tag(self) -> int:
+        tag = self.next_delivery_tag
+        self.next_delivery_tag += 1
+        return tag
+
+    def pop_deliveries(self, tag: int, multiple: bool) -> list[Delivery]:
+        """Remove and return the deliveries an ack/nack names; [] if ``tag`` is unknown.
+
+        ``multiple`` with tag 0 means every outstanding delivery, as in RabbitMQ.
+        """
+        if multiple:
+            tags = [t for t in self.unacked if t <= tag or tag == 0]
+            return [self.unacked.pop(t) for t in tags]
+        delivery = self.unacked.pop(tag, None)
+        return [] if delivery is None else [delivery]
+
+    def queues_with_consumers(self) -> Iterator[QueueRuntime]:
+        seen: set[int] = set()
+        for consumer in self.consumers.values():
+            if id(consumer.queue) not in seen:
+                seen.add(id(consumer.queue))
+                yield consumer.queue

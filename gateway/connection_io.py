@@ -1,0 +1,101 @@
+"""The only code that touches a client socket: read, feed the session, write, heartbeat."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream
+
+from gateway.amqp import ServerConnection
+from gateway.node import Node
+from gateway.session import Session
+
+log = logging.getLogger("mqgw.connection")
+
+READ_SIZE = 256 << 10
+CLOSE_OK_TIMEOUT_S = 3.0
+
+
+def _address(stream: SocketStream, remote: bool) -> str:
+    attribute = SocketAttribute.remote_address if remote else SocketAttribute.local_address
+    address = stream.extra(attribute, None)
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
+async def serve_connection(node: Node, stream: SocketStream) -> None:
+    settings = node.settings
+    conn = ServerConnection(
+        channel_max=settings.channel_max,
+        frame_max=settings.frame_max,
+        heartbeat_s=settings.heartbeat_s,
+        max_message_size=settings.max_message_size_bytes,
+    )
+    session = Session(
+        node,
+        conn,
+        _address(stream, remote=True),
+        _address(stream, remote=False),
+    )
+    node.sessions.add(session)
+    try:
+        async with stream, anyio.create_task_group() as tg:
+            tg.start_soon(_write_loop, session, stream)
+            tg.start_soon(session.confirm_loop)
+            await _read_loop(session, stream)
+            session.mark_dirty()
+            # Our close (or theirs) is queued: give the client time to answer, then go.
+            with anyio.move_on_after(CLOSE_OK_TIMEOUT_S):
+                while not conn.closed:
+                    data = await stream.receive(READ_SIZE)
+                    await session.handle_events(conn.receive_data(data))
+                    session.mark_dirty()
+            await _flush(session, stream)
+            tg.cancel_scope.cancel()
+    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass
+    finally:
+        with anyio.CancelScope(shield=True):
+            if not session.close_reason:
+                session.close_reason = "client went away"
+            await session.release()
+        node.sessions.discard(session)
+
+
+async def _read_loop(session: Session, stream: SocketStream) -> None:
+    conn = session.conn
+    while not conn.closed and not session.closing:
+        try:
+            data = await stream.receive(READ_SIZE)
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            session.close_reason = session.close_reason or "client closed the socket"
+            return
+        await session.handle_events(conn.receive_data(data))
+        session.mark_dirty()
+
+
+async def _flush(session: Session, stream: SocketStream) -> None:
+    data = session.conn.data_to_send()
+    if data:
+        await stream.send(data)
+        session.sent(len(data))
+
+
+async def _write_loop(session: Session, stream: SocketStream) -> None:
+    conn = session.conn
+    while True:
+        interval = max(conn.heartbeat_s / 2, 0.5) if conn.heartbeat_s else 5.0
+        with anyio.move_on_after(interval):
+            await session.dirty.wait()
+        session.dirty = anyio.Event()
+        conn.tick(time.monotonic())
+        await _flush(session, stream)
+        if conn.timed_out is not None:
+            session.close_reason = f"missed heartbeats from client, timeout: {conn.heartbeat_s}s"
+            await stream.aclose()
+            return
+        if conn.closed:
+            return

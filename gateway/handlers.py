@@ -1,0 +1,410 @@
+"""Channel methods: what the broker does for each, with RabbitMQ's answers and errors.
+
+Each handler takes the session, the channel and the decoded pamqp method; an AMQPError it
+raises closes the channel (soft) or the connection (hard) with exactly that code and text.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import base, commands
+
+from gateway.amqp import frame_writer
+from gateway.amqp.errors import (
+    AccessRefused,
+    AMQPNotImplemented,
+    CommandInvalid,
+    NotAllowed,
+    NotFound,
+    PreconditionFailed,
+)
+from gateway.channel_state import ChannelState, Consumer, Delivery, TxAction
+from gateway.queue_runtime import QueueRuntime
+from gateway.vhost import VirtualHost, amqp_error
+from meta import checks
+from meta.errors import MetaError
+from meta.models import BindingDef, ExchangeDef, QueueDef
+
+if TYPE_CHECKING:
+    from gateway.session import Session
+
+Handler = Callable[["Session", ChannelState, Any], Awaitable[None]]
+
+
+def _vhost(session: Session) -> VirtualHost:
+    assert session.vhost is not None
+    return session.vhost
+
+
+def _send(
+    session: Session, channel: ChannelState, method: base.Frame, nowait: bool = False
+) -> None:
+    if not nowait:
+        session.conn.send_method(channel.number, method)
+
+
+def _queue_name(channel: ChannelState, name: str, class_id: int, method_id: int) -> str:
+    """'' means the channel's most recently declared queue, as in RabbitMQ."""
+    if name:
+        return name
+    if not channel.last_queue:
+        raise NotFound("no previously declared queue", class_id, method_id)
+    return channel.last_queue
+
+
+def _exclusive_check(session: Session, queue: QueueRuntime, class_id: int, method_id: int) -> None:
+    try:
+        checks.check_exclusive_access(queue.definition, session.id)
+    except MetaError as error:
+        raise amqp_error(error, class_id, method_id) from None
+
+
+# -- exchange ---------------------------------------------------------------------------
+
+
+async def exchange_declare(
+    session: Session, channel: ChannelState, m: commands.Exchange.Declare
+) -> None:
+    definition = ExchangeDef(
+        vhost=_vhost(session).name,
+        name=m.exchange,
+        type=m.exchange_type,
+        durable=m.durable,
+        auto_delete=m.auto_delete,
+        internal=m.internal,
+        arguments=dict(m.arguments or {}),
+    )
+    await _vhost(session).declare_exchange(definition, m.passive)
+    _send(session, channel, commands.Exchange.DeclareOk(), m.nowait)
+
+
+async def exchange_delete(
+    session: Session, channel: ChannelState, m: commands.Exchange.Delete
+) -> None:
+    await _vhost(session).delete_exchange(m.exchange, m.if_unused)
+    _send(session, channel, commands.Exchange.DeleteOk(), m.nowait)
+
+
+async def exchange_bind(session: Session, channel: ChannelState, m: commands.Exchange.Bind) -> None:
+    vhost = _vhost(session)
+    binding = BindingDef(
+        vhost=vhost.name,
+        source=m.source,
+        destination=m.destination,
+        destination_type="exchange",
+        routing_key=m.routing_key,
+        arguments=dict(m.arguments or {}),
+    )
+    await vhost.bind(binding, session.id, 40, 30)
+    _send(session, channel, commands.Exchange.BindOk(), m.nowait)
+
+
+async def exchange_unbind(
+    session: Session, channel: ChannelState, m: commands.Exchange.Unbind
+) -> None:
+    vhost = _vhost(session)
+    binding = BindingDef(
+        vhost=vhost.name,
+        source=m.source,
+        destination=m.destination,
+        destination_type="exchange",
+        routing_key=m.routing_key,
+        arguments=dict(m.arguments or {}),
+    )
+    await vhost.unbind(binding, session.id, 40, 40)
+    _send(session, channel, commands.Exchange.UnbindOk(), m.nowait)
+
+
+# -- queue ------------------------------------------------------------------------------
+
+
+async def queue_declare(session: Session, channel: ChannelState, m: commands.Queue.Declare) -> None:
+    vhost = _vhost(session)
+    definition = QueueDef(
+        vhost=vhost.name,
+        name=m.queue,
+        durable=m.durable,
+        exclusive_owner=session.id if m.exclusive else None,
+        auto_delete=m.auto_delete,
+        arguments=dict(m.arguments or {}),
+        partitions=session.node.settings.queue_partitions,
+    )
+    queue = await vhost.declare_queue(definition, m.passive, session.id)
+    channel.last_queue = queue.name
+    count = await queue.message_count()
+    ok = commands.Queue.DeclareOk(queue.name, count, len(queue.consumers))
+    _send(session, channel, ok, m.nowait)
+
+
+async def queue_bind(session: Session, channel: ChannelState, m: commands.Queue.Bind) -> None:
+    vhost = _vhost(session)
+    binding = BindingDef(
+        vhost=vhost.name,
+        source=m.exchange,
+        destination=_queue_name(channel, m.queue, 50, 20),
+        destination_type="queue",
+        routing_key=m.routing_key,
+        arguments=dict(m.arguments or {}),
+    )
+    await vhost.bind(binding, session.id, 50, 20)
+    _send(session, channel, commands.Queue.BindOk(), m.nowait)
+
+
+async def queue_unbind(session: Session, channel: ChannelState, m: commands.Queue.Unbind) -> None:
+    vhost = _vhost(session)
+    binding = BindingDef(
+        vhost=vhost.name,
+        source=m.exchange,
+        destination=_queue_name(channel, m.queue, 50, 50),
+        destination_type="queue",
+        routing_key=m.routing_key,
+        arguments=dict(m.arguments or {}),
+    )
+    await vhost.unbind(binding, session.id, 50, 50)
+    _send(session, channel, commands.Queue.UnbindOk())
+
+
+async def queue_purge(session: Session, channel: ChannelState, m: commands.Queue.Purge) -> None:
+    vhost = _vhost(session)
+    queue = vhost.queue(_queue_name(channel, m.queue, 50, 30), 50, 30)
+    _exclusive_check(session, queue, 50, 30)
+    count = await queue.purge()
+    _send(session, channel, commands.Queue.PurgeOk(count), m.nowait)
+
+
+async def queue_delete(session: Session, channel: ChannelState, m: commands.Queue.Delete) -> None:
+    vhost = _vhost(session)
+    name = _queue_name(channel, m.queue, 50, 40)
+    queue = vhost.queues.get(name)
+    count = 0
+    if queue is not None:
+        _exclusive_check(session, queue, 50, 40)
+        where = f"queue '{name}' in vhost '{vhost.name}'"
+        if m.if_unused and queue.consumers:
+            raise PreconditionFailed(f"{where} in use", 50, 40)
+        count = await queue.message_count()
+        if m.if_empty and count:
+            raise PreconditionFailed(f"{where} not empty", 50, 40)
+        await vhost.delete_queue(name, session.id)
+    _send(session, channel, commands.Queue.DeleteOk(count), m.nowait)
+
+
+# -- basic ------------------------------------------------------------------------------
+
+
+async def basic_qos(session: Session, channel: ChannelState, m: commands.Basic.Qos) -> None:
+    if m.prefetch_size:
+        raise AMQPNotImplemented(f"prefetch_size!=0 ({m.prefetch_size})", 60, 10)
+    if m.global_:
+        channel.prefetch_global = m.prefetch_count
+    else:
+        channel.prefetch_count = m.prefetch_count
+    _send(session, channel, commands.Basic.QosOk())
+    for queue in channel.queues_with_consumers():
+        session.node.scheduler.wake(queue)
+
+
+def _consumer_tag() -> str:
+    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+async def basic_consume(session: Session, channel: ChannelState, m: commands.Basic.Consume) -> None:
+    vhost = _vhost(session)
+    queue = vhost.queue(_queue_name(channel, m.queue, 60, 20), 60, 20)
+    _exclusive_check(session, queue, 60, 20)
+    tag = m.consumer_tag or _consumer_tag()
+    if tag in channel.consumers:
+        raise NotAllowed(f"attempt to reuse consumer tag '{tag}'", 60, 20)
+    if queue.has_exclusive_consumer or (m.exclusive and queue.consumers):
+        raise AccessRefused(
+            f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use", 60, 20
+        )
+    priority = (m.arguments or {}).get("x-priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise PreconditionFailed(f"invalid arg 'x-priority' for consumer '{tag}'", 60, 20)
+    consumer = Consumer(
+        tag, channel, queue, m.no_ack, m.exclusive, priority, channel.prefetch_count
+    )
+    # consume-ok must reach the client before the first delivery.
+    _send(session, channel, commands.Basic.ConsumeOk(tag), m.nowait)
+    channel.consumers[tag] = consumer
+    queue.add_consumer(consumer)
+    session.node.scheduler.wake(queue)
+
+
+async def basic_cancel(session: Session, channel: ChannelState, m: commands.Basic.Cancel) -> None:
+    consumer = channel.consumers.get(m.consumer_tag or "")
+    if consumer is not None:
+        session.cancel_consumer(consumer)
+    _send(session, channel, commands.Basic.CancelOk(m.consumer_tag), m.nowait)
+    if consumer is not None:
+        await session.maybe_auto_delete(consumer.queue)
+
+
+async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.Get) -> None:
+    queue = _vhost(session).queue(_queue_name(channel, m.queue, 60, 70), 60, 70)
+    _exclusive_check(session, queue, 60, 70)
+    if not queue.has_buffered():
+        await queue.fill()
+    taken = queue.take()
+    if taken is None:
+        _send(session, channel, commands.Basic.GetEmpty())
+        return
+    partition, message, redelivered = taken
+    tag = channel.take_tag()
+    if m.no_ack:
+        queue.settle(partition, message)
+    else:
+        channel.unacked[tag] = Delivery(queue, partition, message, None)
+    count = await queue.message_count()
+    frames = frame_writer.get_ok(
+        channel.number,
+        tag,
+        redelivered,
+        message.exchange,
+        message.routing_key,
+        count,
+        bytes(message.properties),
+        bytes(message.body),
+        session.conn.frame_max,
+    )
+    session.conn.send_frames(channel.number, frames)
+
+
+def _settle(
+    session: Session, channel: ChannelState, kind: str, tag: int, multiple: bool, requeue: bool
+) -> None:
+    if channel.tx_mode:
+        channel.tx_actions.append(TxAction(kind, tag, multiple, requeue))
+        return
+    method_id = {"ack": 80, "nack": 120, "reject": 90}[kind]
+    if (tag == 0 and multiple) or tag in channel.unacked:
+        deliveries = channel.pop_deliveries(tag, multiple)
+    else:
+        raise PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+    session.settle(channel, deliveries, None if kind == "ack" else requeue)
+
+
+async def basic_ack(session: Session, channel: ChannelState, m: commands.Basic.Ack) -> None:
+    _settle(session, channel, "ack", m.delivery_tag, m.multiple, False)
+
+
+async def basic_nack(session: Session, channel: ChannelState, m: commands.Basic.Nack) -> None:
+    _settle(session, channel, "nack", m.delivery_tag, m.multiple, m.requeue)
+
+
+async def basic_reject(session: Session, channel: ChannelState, m: commands.Basic.Reject) -> None:
+    _settle(session, channel, "reject", m.delivery_tag or 0, False, bool(m.requeue))
+
+
+async def basic_recover(session: Session, channel: ChannelState, m: commands.Basic.Recover) -> None:
+    if not m.requeue:
+        raise AMQPNotImplemented("requeue=false", 60, 110)
+    deliveries = list(channel.unacked.values())
+    channel.unacked.clear()
+    session.settle(channel, deliveries, requeue=True)
+    _send(session, channel, commands.Basic.RecoverOk())
+
+
+async def basic_recover_async(
+    session: Session, channel: ChannelState, m: commands.Basic.RecoverAsync
+) -> None:
+    if not m.requeue:
+        raise AMQPNotImplemented("requeue=false", 60, 100)
+    deliveries = list(channel.unacked.values())
+    channel.unacked.clear()
+    session.settle(channel, deliveries, requeue=True)
+
+
+# -- channel flow, confirm, tx ---------------------------------------------------------------
+
+
+async def channel_flow(session: Session, channel: ChannelState, m: commands.Channel.Flow) -> None:
+    channel.flow_active = bool(m.active)
+    _send(session, channel, commands.Channel.FlowOk(m.active))
+    if m.active:
+        for queue in channel.queues_with_consumers():
+            session.node.scheduler.wake(queue)
+
+
+async def confirm_select(
+    session: Session, channel: ChannelState, m: commands.Confirm.Select
+) -> None:
+    if channel.tx_mode:
+        raise PreconditionFailed("cannot switch from tx to confirm mode", 85, 10)
+    channel.confirm_mode = True
+    _send(session, channel, commands.Confirm.SelectOk(), m.nowait)
+
+
+async def tx_select(session: Session, channel: ChannelState, m: commands.Tx.Select) -> None:
+    if channel.confirm_mode:
+        raise PreconditionFailed("cannot switch from confirm to tx mode", 90, 10)
+    channel.tx_mode = True
+    _send(session, channel, commands.Tx.SelectOk())
+
+
+async def tx_commit(session: Session, channel: ChannelState, m: commands.Tx.Commit) -> None:
+    if not channel.tx_mode:
+        raise PreconditionFailed("channel is not transactional", 90, 20)
+    records, channel.tx_publishes = channel.tx_publishes, []
+    actions, channel.tx_actions = channel.tx_actions, []
+    if records:
+        # One batch: the store appends all of it or none of it.
+        await session.node.store.append(records)
+        session.wake_destinations(records)
+    channel.tx_mode = False  # let _settle apply the acks now
+    try:
+        for action in actions:
+            _settle(
+                session, channel, action.kind, action.delivery_tag, action.multiple, action.requeue
+            )
+    finally:
+        channel.tx_mode = True
+    _send(session, channel, commands.Tx.CommitOk())
+
+
+async def tx_rollback(session: Session, channel: ChannelState, m: commands.Tx.Rollback) -> None:
+    if not channel.tx_mode:
+        raise PreconditionFailed("channel is not transactional", 90, 30)
+    channel.tx_publishes.clear()
+    channel.tx_actions.clear()
+    _send(session, channel, commands.Tx.RollbackOk())
+
+
+HANDLERS: dict[type[base.Frame], Handler] = {
+    commands.Exchange.Declare: exchange_declare,
+    commands.Exchange.Delete: exchange_delete,
+    commands.Exchange.Bind: exchange_bind,
+    commands.Exchange.Unbind: exchange_unbind,
+    commands.Queue.Declare: queue_declare,
+    commands.Queue.Bind: queue_bind,
+    commands.Queue.Unbind: queue_unbind,
+    commands.Queue.Purge: queue_purge,
+    commands.Queue.Delete: queue_delete,
+    commands.Basic.Qos: basic_qos,
+    commands.Basic.Consume: basic_consume,
+    commands.Basic.Cancel: basic_cancel,
+    commands.Basic.Get: basic_get,
+    commands.Basic.Ack: basic_ack,
+    commands.Basic.Nack: basic_nack,
+    commands.Basic.Reject: basic_reject,
+    commands.Basic.Recover: basic_recover,
+    commands.Basic.RecoverAsync: basic_recover_async,
+    commands.Channel.Flow: channel_flow,
+    commands.Confirm.Select: confirm_select,
+    commands.Tx.Select: tx_select,
+    commands.Tx.Commit: tx_commit,
+    commands.Tx.Rollback: tx_rollback,
+}
+
+
+async def handle_method(session: Session, channel: ChannelState, method: base.Frame) -> None:
+    handler = HANDLERS.get(type(method))
+    if handler is None:
+        class_id, method_id = method.index >> 16, method.index & 0xFFFF
+        raise CommandInvalid(f"unexpected method {method.name}", class_id, method_id)
+    await handler(session, channel, method)

@@ -1,0 +1,113 @@
+"""The gateway node: one store, one metadata store, its vhosts, the push scheduler and the
+connections. `mqgw serve` runs exactly one of these (embedded mode)."""
+
+from __future__ import annotations
+
+import logging
+from itertools import count
+
+import anyio
+from pamqp import commands
+
+from gateway.amqp.errors import ConnectionForced
+from gateway.push_scheduler import PushScheduler
+from gateway.queue_runtime import QueueRuntime
+from gateway.session import Session
+from gateway.settings import GatewaySettings
+from gateway.vhost import VirtualHost
+from meta.local_store import LocalMetadataStore
+from meta.models import Permission, User, VHost
+from meta.password import check_password, hash_password
+from storage import EmbeddedStore
+
+log = logging.getLogger("mqgw.node")
+
+COMMIT_INTERVAL_S = 1.0
+
+
+class Node:
+    def __init__(
+        self, settings: GatewaySettings, store: EmbeddedStore, meta: LocalMetadataStore
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.meta = meta
+        self.scheduler = PushScheduler()
+        self.vhosts: dict[str, VirtualHost] = {}
+        self.sessions: set[Session] = set()
+        self.open_connections = 0
+        self._numbers = count(1)
+        self._users: dict[str, User] = {}
+
+    def next_connection_number(self) -> int:
+        return next(self._numbers)
+
+    async def start(self) -> None:
+        """Apply configured users and vhosts, rebuild vhosts, drop transient leftovers."""
+        for name in self.settings.vhosts:
+            await self.meta.add_vhost(VHost(name=name))
+        for user in self.settings.users:
+            stored = User(
+                name=user.name, password_hash=hash_password(user.password), tags=tuple(user.tags)
+            )
+            await self.meta.put_user(stored)
+            self._users[user.name] = stored
+            for vhost_name in self.settings.vhosts:
+                await self.meta.set_permission(Permission(user=user.name, vhost=vhost_name))
+        known: set[int] = set()
+        for vhost_def in await self.meta.list_vhosts():
+            vhost = VirtualHost(
+                vhost_def.name,
+                self.meta,
+                self.store,
+                self.scheduler,
+                self.settings.queue_partitions,
+            )
+            vhost.on_queue_deleted = self._queue_deleted
+            await vhost.load()
+            self.vhosts[vhost.name] = vhost
+            known.update(vhost.queues_by_id)
+        for queue_id in await self.store.queues():
+            if queue_id not in known:  # a transient queue from before a restart
+                await self.store.delete_queue(queue_id)
+
+    def authenticate(self, username: str, password: bytes) -> User | None:
+        user = self._users.get(username)
+        if user is None:
+            return None
+        try:
+            text = password.decode()
+        except UnicodeDecodeError:
+            return None
+        return user if check_password(text, user.password_hash) else None
+
+    def _queue_deleted(self, queue: QueueRuntime) -> None:
+        """Consumers of a deleted queue are cancelled; clients that can hear it are told."""
+        for consumer in list(queue.consumers):
+            session = consumer.channel.session
+            session.cancel_consumer(consumer)
+            if session.conn.consumer_cancel_notify:
+                cancel = commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
+                session.conn.send_method(consumer.channel.number, cancel)
+                session.mark_dirty()
+
+    async def commit_offsets(self) -> None:
+        for vhost in self.vhosts.values():
+            for queue in vhost.queues.values():
+                await queue.commit()
+
+    async def housekeeping(self) -> None:
+        while True:
+            await anyio.sleep(COMMIT_INTERVAL_S)
+            await self.commit_offsets()
+
+    async def shutdown(self, grace_s: float = 3.0) -> None:
+        """Close every connection with 320 CONNECTION_FORCED and wait for them to finish."""
+        error = ConnectionForced("broker forced connection closure with reason 'shutdown'")
+        for session in list(self.sessions):
+            session.conn.close(error)
+            session.mark_dirty()
+        with anyio.move_on_after(grace_s):
+            while self.sessions:
+                await anyio.sleep(0.02)
+        await self.commit_offsets()

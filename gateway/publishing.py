@@ -1,0 +1,98 @@
+"""Route one basic.publish into a store record (or nowhere).
+
+The property bytes are kept verbatim; they are only decoded when a flag bit says a field
+that matters here is present (headers for routing and CC/BCC, user-id for its check), so the
+common publish pays no decoding.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import TYPE_CHECKING
+
+from gateway.amqp import Publish, frame_writer
+from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
+from gateway.queue_runtime import QueueRuntime
+from gateway.routing import UnknownExchange, strip_bcc
+from storage import Record
+
+if TYPE_CHECKING:
+    from gateway.channel_state import ChannelState
+    from gateway.session import Session
+
+_FLAGS = struct.Struct(">H")
+HEADERS_FLAG = 0x2000
+DELIVERY_MODE_FLAG = 0x1000
+USER_ID_FLAG = 0x0010
+PERSISTENT = 1  # record flag bit 0
+
+
+def route_publish(
+    session: Session, channel: ChannelState, publish: Publish, now_ms: int
+) -> tuple[Record | None, list[QueueRuntime]]:
+    vhost = session.vhost
+    assert vhost is not None
+    if publish.immediate:
+        raise AMQPNotImplemented("immediate=true", 60, 40)
+    exchange = vhost.router.get_exchange(publish.exchange)
+    if exchange is None:
+        raise NotFound(f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40)
+    if exchange.internal:
+        raise AccessRefused(
+            f"cannot publish to internal exchange '{publish.exchange}' in vhost '{vhost.name}'",
+            60,
+            40,
+        )
+    properties_bytes = publish.properties_bytes
+    flags = _FLAGS.unpack_from(properties_bytes)[0] if len(properties_bytes) >= 2 else 0
+    headers = None
+    if flags & (HEADERS_FLAG | USER_ID_FLAG | DELIVERY_MODE_FLAG):
+        properties = publish.properties
+        headers = properties.headers if flags & HEADERS_FLAG else None
+        user_id = properties.user_id
+        if user_id is not None and user_id != session.user:
+            raise PreconditionFailed(
+                f"user_id property set to '{user_id}' but authenticated user was '{session.user}'",
+                60,
+                40,
+            )
+        if headers and "BCC" in headers:
+            properties.headers = strip_bcc(dict(headers))
+            properties_bytes = frame_writer.encode_properties(properties)
+    try:
+        result = vhost.router.route(publish.exchange, publish.routing_key, headers)
+    except UnknownExchange:
+        raise NotFound(
+            f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
+        ) from None
+    if not result.queues:
+        return None, []
+    queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]
+    if not queues:
+        return None, []
+    destinations = tuple((q.queue_id, _partition(channel, q)) for q in queues)
+    record_flags = (
+        PERSISTENT if flags & DELIVERY_MODE_FLAG and publish.properties.delivery_mode == 2 else 0
+    )
+    record = Record(
+        publish.exchange.encode(),
+        publish.routing_key.encode(),
+        properties_bytes,
+        publish.body,
+        destinations,
+        now_ms,
+        record_flags,
+    )
+    return record, queues
+
+
+def _partition(channel: ChannelState, queue: QueueRuntime) -> int:
+    """Sticky per channel: keeps RabbitMQ's per-channel FIFO into a partitioned queue."""
+    if queue.partitions == 1:
+        return 0
+    partition = channel.queue_partition.get(queue.queue_id)
+    if partition is None:
+        partition = random.randrange(queue.partitions)
+        channel.queue_partition[queue.queue_id] = partition
+    return partition

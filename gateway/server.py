@@ -1,0 +1,89 @@
+"""`mqgw serve`: run an embedded gateway node until SIGTERM/SIGINT.
+
+Shutdown order: stop accepting, close every connection with 320 CONNECTION_FORCED, commit
+consumer offsets, then close the store (fsync, checkpoint, offsets) on the way out.
+The admin HTTP server (uvicorn) needs the asyncio backend; under trio it is not started.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+
+import anyio
+import sniffio
+import uvicorn
+from anyio.abc import SocketStream
+
+from gateway.admin.app import create_app
+from gateway.connection_io import serve_connection
+from gateway.node import Node
+from gateway.settings import GatewaySettings
+from meta.local_store import LocalMetadataStore
+from storage import open_embedded_store
+
+log = logging.getLogger("mqgw.server")
+
+
+async def serve(
+    settings: GatewaySettings, on_ready: Callable[[int, int], None] | None = None
+) -> None:
+    async with open_embedded_store(settings.store_config()) as store:
+        meta = LocalMetadataStore(settings.data_dir / "meta")
+        node = Node(settings, store, meta)
+        await node.start()
+        listener = await anyio.create_tcp_listener(
+            local_host=settings.amqp_host, local_port=settings.amqp_port, reuse_port=False
+        )
+        amqp_port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+        async def handle(stream: SocketStream) -> None:
+            await serve_connection(node, stream)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(node.scheduler.run)
+            tg.start_soon(node.housekeeping)
+            tg.start_soon(listener.serve, handle)
+            admin_port = 0
+            if settings.admin_port and sniffio.current_async_library() == "asyncio":
+                admin_port = await tg.start(_serve_admin, node, settings)
+            log.info(
+                "mqgw embedded node ready: AMQP on %s:%d, admin on %s, data in %s (flush %s)",
+                settings.amqp_host,
+                amqp_port,
+                f"{settings.admin_host}:{admin_port}" if admin_port else "off",
+                settings.data_dir,
+                settings.flush.value,
+            )
+            if on_ready is not None:
+                on_ready(amqp_port, admin_port)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.info("received %s: shutting down", signal.Signals(signum).name)
+                    break
+            await listener.aclose()
+            await node.shutdown()
+            tg.cancel_scope.cancel()
+    log.info("mqgw stopped cleanly")
+
+
+async def _serve_admin(
+    node: Node, settings: GatewaySettings, *, task_status: anyio.abc.TaskStatus[int]
+) -> None:
+    config = uvicorn.Config(
+        create_app(node),
+        host=settings.admin_host,
+        port=settings.admin_port,
+        log_level="warning",
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    sockets = [config.bind_socket()]
+    task_status.started(sockets[0].getsockname()[1])
+    await server.serve(sockets=sockets)
+
+
+def run(settings: GatewaySettings, backend: str = "asyncio") -> None:
+    options = {"use_uvloop": True} if backend == "asyncio" else {}
+    anyio.run(serve, settings, backend=backend, backend_options=options)

@@ -1,0 +1,358 @@
+"""One client connection's broker logic, between the sans-IO connection and the node.
+
+The I/O shell (connection_io.py) feeds events in and writes what the connection queues.
+Publishes that arrive together are routed one by one but stored as one batch, and their
+confirms go through a FIFO pipeline: a confirm is sent only once its batch is durable, and
+always after the confirms before it, so acks can be coalesced with multiple=true.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from gateway.amqp import (
+    AMQPError,
+    AuthRequested,
+    ChannelClosed,
+    ChannelCloseRequested,
+    ChannelMethod,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionCloseSent,
+    Event,
+    HeartbeatTimeout,
+    Publish,
+    ServerConnection,
+    VHostOpenRequested,
+    frame_writer,
+)
+from gateway.amqp.errors import InternalError, NotAllowed
+from gateway.channel_state import ChannelState, Consumer, Delivery
+from gateway.handlers import handle_method
+from gateway.publishing import route_publish
+from gateway.queue_runtime import QueueRuntime
+from storage import Record, StoredMessage, StoreError
+
+if TYPE_CHECKING:
+    from gateway.node import Node
+    from gateway.vhost import VirtualHost
+
+log = logging.getLogger("mqgw.connection")
+
+HIGH_WATER_BYTES = 4 << 20  # stop delivering to a connection whose output is this far behind
+LOW_WATER_BYTES = 1 << 20
+
+ConfirmItem = tuple[list[tuple[ChannelState, int]], int, bool]  # tags, end offset, store ok
+
+
+class Session:
+    def __init__(self, node: Node, conn: ServerConnection, peer: str, local: str) -> None:
+        self.node = node
+        self.conn = conn
+        self.peer = peer
+        self.local = local
+        self.id = f"{peer} -> {local}#{node.next_connection_number()}"
+        self.vhost: VirtualHost | None = None
+        self.user = ""
+        self.opened = False
+        self.channels: dict[int, ChannelState] = {}
+        self.writable = True
+        self.queued_bytes = 0
+        self.dirty = anyio.Event()
+        self.closing = False
+        self.close_reason = ""
+        send, receive = anyio.create_memory_object_stream[ConfirmItem](256)
+        self._confirm_send: MemoryObjectSendStream[ConfirmItem] = send
+        self.confirm_receive: MemoryObjectReceiveStream[ConfirmItem] = receive
+
+    # -- output ---------------------------------------------------------------------------
+
+    def mark_dirty(self) -> None:
+        self.dirty.set()
+
+    def sent(self, size: int) -> None:
+        """The writer handed ``size`` bytes to the socket; resume deliveries if drained."""
+        self.queued_bytes = max(0, self.queued_bytes - size)
+        if not self.writable and self.queued_bytes < LOW_WATER_BYTES:
+            self.writable = True
+            for channel in self.channels.values():
+                for queue in channel.queues_with_consumers():
+                    self.node.scheduler.wake(queue)
+
+    def deliver(
+        self,
+        consumer: Consumer,
+        queue: QueueRuntime,
+        partition: int,
+        message: StoredMessage,
+        redelivered: bool,
+    ) -> None:
+        channel = consumer.channel
+        tag = channel.take_tag()
+        body = bytes(message.body)
+        self.conn.send_deliver(
+            channel.number,
+            consumer.tag,
+            tag,
+            redelivered,
+            message.exchange,
+            message.routing_key,
+            bytes(message.properties),
+            body,
+        )
+        if consumer.no_ack:
+            queue.settle(partition, message)
+        else:
+            channel.unacked[tag] = Delivery(queue, partition, message, consumer)
+            consumer.unacked += 1
+        self.queued_bytes += len(body) + 128
+        if self.queued_bytes > HIGH_WATER_BYTES:
+            self.writable = False
+        self.mark_dirty()
+
+    # -- events ---------------------------------------------------------------------------
+
+    async def handle_events(self, events: Iterable[Event]) -> None:
+        batch: list[Publish] = []
+        for event in events:
+            if isinstance(event, Publish):
+                batch.append(event)
+                continue
+            if batch:
+                await self.publish_batch(batch)
+                batch = []
+            await self._handle(event)
+        if batch:
+            await self.publish_batch(batch)
+
+    async def _handle(self, event: Event) -> None:
+        if isinstance(event, ChannelMethod):
+            channel = self.channels.get(event.channel)
+            if channel is None or channel.closing:
+                return
+            try:
+                await handle_method(self, channel, event.method)
+            except AMQPError as error:
+                await self.fail(channel, error)
+            except Exception:
+                log.exception("connection %s: internal error handling %s", self.id, event.method)
+                await self.fail(channel, InternalError("internal error, see the server log"))
+        elif isinstance(event, AuthRequested):
+            await self._authenticate(event)
+        elif isinstance(event, VHostOpenRequested):
+            await self._open_vhost(event)
+        elif isinstance(event, ChannelOpened):
+            self.channels[event.channel] = ChannelState(event.channel, self)
+        elif isinstance(event, ChannelCloseRequested):
+            await self.drop_channel(event.channel)
+            self.conn.channel_close_ok(event.channel)
+        elif isinstance(event, ChannelClosed):
+            await self.drop_channel(event.channel)
+        elif isinstance(event, ConnectionCloseSent | ConnectionClosed | HeartbeatTimeout):
+            if isinstance(event, ConnectionCloseSent):
+                self.close_reason = event.error.reply_text
+            elif isinstance(event, ConnectionClosed) and not self.close_reason:
+                self.close_reason = "client closed" if event.by_client else f"{event.reply_text}"
+            await self.release()
+
+    async def fail(self, channel: ChannelState, error: AMQPError) -> None:
+        """A soft error closes the channel, a hard one the connection."""
+        if error.hard:
+            self.close_reason = error.reply_text
+            self.conn.close(error)
+            await self.release()
+        else:
+            await self.drop_channel(channel.number)
+            self.conn.close_channel(channel.number, error)
+
+    async def _authenticate(self, event: AuthRequested) -> None:
+        user = self.node.authenticate(event.username, event.password)
+        reason = ""
+        if user is None:
+            reason = f"user '{event.username}' - invalid credentials"
+        elif event.username in self.node.settings.loopback_users and not _is_loopback(self.peer):
+            reason = f"user '{event.username}' can only connect via localhost"
+        if reason:
+            log.warning("connection %s: login refused: %s", self.id, reason)
+            await self.handle_events(self.conn.reject_auth(reason))
+            return
+        self.user = event.username
+        await self.handle_events(self.conn.accept_auth())
+
+    async def _open_vhost(self, event: VHostOpenRequested) -> None:
+        vhost = self.node.vhosts.get(event.vhost)
+        if vhost is None:
+            await self.handle_events(self.conn.reject_vhost())
+            return
+        limit = self.node.settings.max_connections
+        if limit and self.node.open_connections >= limit:
+            error = NotAllowed(
+                f"access to vhost '{event.vhost}' refused for user '{self.user}': "
+                f"connection limit ({limit}) is reached"
+            )
+            await self.handle_events(self.conn.reject_vhost(error))
+            return
+        self.vhost = vhost
+        self.opened = True
+        self.node.open_connections += 1
+        log.info(
+            "accepting AMQP connection %s (user '%s', vhost '%s')", self.id, self.user, vhost.name
+        )
+        await self.handle_events(self.conn.accept_vhost())
+
+    # -- publishing -----------------------------------------------------------------------
+
+    async def publish_batch(self, batch: list[Publish]) -> None:
+        assert self.vhost is not None
+        records: list[Record] = []
+        confirms: list[tuple[ChannelState, int]] = []
+        woken: set[QueueRuntime] = set()
+        now_ms = time.time_ns() // 1_000_000
+        for publish in batch:
+            channel = self.channels.get(publish.channel)
+            if channel is None or channel.closing:
+                continue
+            try:
+                record, queues = route_publish(self, channel, publish, now_ms)
+            except AMQPError as error:
+                await self.fail(channel, error)
+                continue
+            if record is None and publish.mandatory:
+                self._send_return(channel, publish)
+            if channel.tx_mode:
+                if record is not None:
+                    channel.tx_publishes.append(record)
+                continue
+            if record is not None:
+                records.append(record)
+                woken.update(queues)
+            if channel.confirm_mode:
+                confirms.append((channel, channel.next_publish_tag))
+                channel.next_publish_tag += 1
+        end_offset, ok = 0, True
+        if records:
+            try:
+                end_offset = (await self.node.store.append(records, wait_durable=False)).end_offset
+            except StoreError as error:
+                ok = False
+                log.error(
+                    "connection %s: %d message(s) not stored: %s", self.id, len(records), error
+                )
+            for queue in woken:
+                queue.exhausted = False
+                self.node.scheduler.wake(queue)
+        if confirms:
+            await self._confirm_send.send((confirms, end_offset, ok))
+
+    def wake_destinations(self, records: list[Record]) -> None:
+        assert self.vhost is not None
+        by_id = self.vhost.queues_by_id
+        woken = {by_id[q] for r in records for q, _ in r.destinations if q in by_id}
+        for queue in woken:
+            queue.exhausted = False
+            self.node.scheduler.wake(queue)
+
+    def _send_return(self, channel: ChannelState, publish: Publish) -> None:
+        frames = frame_writer.return_(
+            channel.number,
+            312,
+            "NO_ROUTE",
+            publish.exchange,
+            publish.routing_key,
+            publish.properties_bytes,
+            publish.body,
+            self.conn.frame_max,
+        )
+        self.conn.send_frames(channel.number, frames)
+
+    async def confirm_loop(self) -> None:
+        """Send publisher confirms in order, each once its batch is durable."""
+        async with self.confirm_receive:
+            async for tags, end_offset, stored in self.confirm_receive:
+                ok = stored
+                if ok and end_offset:
+                    try:
+                        await self.node.store.wait_durable(end_offset)
+                    except StoreError as error:
+                        log.error("connection %s: confirms fail: %s", self.id, error)
+                        ok = False
+                last: dict[ChannelState, tuple[int, int]] = {}
+                for channel, tag in tags:
+                    first, _ = last.get(channel, (tag, tag))
+                    last[channel] = (first, tag)
+                for channel, (first, tag) in last.items():
+                    multiple = tag != first
+                    if ok:
+                        self.conn.send_ack(channel.number, tag, multiple)
+                    else:
+                        self.conn.send_nack(channel.number, tag, multiple)
+                self.mark_dirty()
+
+    # -- settling -------------------------------------------------------------------------
+
+    def settle(
+        self, channel: ChannelState, deliveries: list[Delivery], requeue: bool | None
+    ) -> None:
+        """Ack (requeue None), or nack/reject with or without requeue."""
+        woken: set[QueueRuntime] = set()
+        for delivery in deliveries:
+            if requeue:
+                delivery.queue.requeue(delivery.partition, delivery.message)
+            else:
+                delivery.queue.settle(delivery.partition, delivery.message)
+            if delivery.consumer is not None:
+                delivery.consumer.unacked -= 1
+            woken.add(delivery.queue)
+        if channel.prefetch_global:
+            woken.update(channel.queues_with_consumers())
+        for queue in woken:
+            self.node.scheduler.wake(queue)
+
+    def cancel_consumer(self, consumer: Consumer) -> None:
+        channel = consumer.channel
+        channel.consumers.pop(consumer.tag, None)
+        consumer.queue.remove_consumer(consumer)
+
+    async def drop_channel(self, number: int) -> None:
+        """The channel is gone: requeue its unacked deliveries, remove its consumers."""
+        channel = self.channels.pop(number, None)
+        if channel is None:
+            return
+        channel.closing = True
+        for consumer in list(channel.consumers.values()):
+            self.cancel_consumer(consumer)
+            await self.maybe_auto_delete(consumer.queue)
+        deliveries = list(channel.unacked.values())
+        channel.unacked.clear()
+        self.settle(channel, deliveries, requeue=True)
+
+    async def maybe_auto_delete(self, queue: QueueRuntime) -> None:
+        if queue.definition.auto_delete and not queue.consumers and not queue.deleted:
+            assert self.vhost is not None
+            await self.vhost.delete_queue(queue.name, None, check=False)
+
+    async def release(self) -> None:
+        """Connection over (closed, failed or timed out): give back everything it held."""
+        if self.closing:
+            return
+        self.closing = True
+        for number in list(self.channels):
+            await self.drop_channel(number)
+        if self.vhost is not None:
+            deletions = await self.node.meta.delete_exclusive_queues(self.id)
+            await self.vhost.apply_deletions(deletions)
+        if self.opened:
+            self.node.open_connections -= 1
+            log.info("closing AMQP connection %s (%s)", self.id, self.close_reason or "closed")
+        self._confirm_send.close()
+
+
+def _is_loopback(peer: str) -> bool:
+    host = peer.rsplit(":", 1)[0].strip("[]")
+    return host.startswith("127.") or host in ("::1", "localhost")

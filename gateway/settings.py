@@ -1,0 +1,102 @@
+"""Gateway settings: command-line flags > MQGW_* environment > --config file > defaults.
+
+The config file is TOML, e.g.:
+
+    amqp_port = 5673
+    data_dir = "/var/lib/mqgw"
+    vhosts = ["/", "orders"]
+    [[users]]
+    name = "app"
+    password = "s3cret"
+    tags = ["management"]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from storage import FlushPolicy, StoreConfig
+
+
+class UserSetting(BaseModel):
+    name: str
+    password: str
+    tags: list[str] = Field(default_factory=list)
+
+
+def _default_users() -> list[UserSetting]:
+    return [UserSetting(name="guest", password="guest", tags=["administrator"])]
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MQGW_", env_nested_delimiter="__")
+
+    config_file: Path | None = None
+    amqp_host: str = "0.0.0.0"  # RabbitMQ listens on every interface; guest stays loopback-only
+    amqp_port: int = 5672
+    admin_host: str = "0.0.0.0"
+    admin_port: int = 15672  # 0 disables the admin HTTP listener
+    data_dir: Path = Path("data")
+
+    vhosts: list[str] = Field(default_factory=lambda: ["/"])
+    users: list[UserSetting] = Field(default_factory=_default_users)
+    loopback_users: list[str] = Field(default_factory=lambda: ["guest"])
+
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat_s: int = 60
+    max_message_size_bytes: int = 16 << 20
+    max_connections: int = 0  # 0: unlimited
+    queue_partitions: int = 1
+    consumer_timeout_ms: int = 30 * 60 * 1000
+
+    flush: FlushPolicy = FlushPolicy.SYNC
+    segment_size_bytes: int = 1 << 30
+    retention_ms: int = 72 * 3600 * 1000
+    disk_budget_bytes: int | None = None
+    min_free_disk_bytes: int = 50 << 20  # below this, publishers get connection.blocked
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> GatewaySettings:
+        """Build settings; values from ``config_file`` sit below env and overrides."""
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        env_only = cls(**overrides)
+        path = config_file or env_only.config_file
+        if path is None:
+            return env_only
+        file_values = TomlConfigSettingsSource(cls, toml_file=path)()
+        merged = {**file_values, **env_only.model_dump(exclude_unset=True), **overrides}
+        merged["config_file"] = path
+        return cls.model_validate(merged)
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(
+            self.data_dir / "store",
+            segment_size_bytes=self.segment_size_bytes,
+            max_record_bytes=min(
+                self.max_message_size_bytes + (64 << 10), self.segment_size_bytes - 64
+            ),
+            flush=self.flush,
+            retention_ms=self.retention_ms,
+            disk_budget_bytes=self.disk_budget_bytes,
+        )
