@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
+from typing import cast
 
 import anyio
 import sniffio
 import uvicorn
-from anyio.abc import SocketStream
+from anyio.abc import SocketListener
 
 from gateway.admin.app import create_app
 from gateway.connection_io import serve_connection
@@ -38,13 +39,22 @@ async def serve(
         )
         amqp_port = listener.extra(anyio.abc.SocketAttribute.local_port)
 
-        async def handle(stream: SocketStream) -> None:
-            await serve_connection(node, stream)
-
         async with anyio.create_task_group() as tg:
+
+            async def accept_loop(socket_listener: SocketListener) -> None:
+                # Connections run in the outer group so that closing the listener stops
+                # accepting without cutting them off: they get their 320 close first.
+                while True:
+                    try:
+                        stream = await socket_listener.accept()
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        return
+                    tg.start_soon(serve_connection, node, stream)
+
             tg.start_soon(node.scheduler.run)
             tg.start_soon(node.housekeeping)
-            tg.start_soon(listener.serve, handle)
+            for socket_listener in listener.listeners:
+                tg.start_soon(accept_loop, cast(SocketListener, socket_listener))
             admin_port = 0
             if settings.admin_port and sniffio.current_async_library() == "asyncio":
                 admin_port = await tg.start(_serve_admin, node, settings)

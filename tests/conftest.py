@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.processes import GatewayProcess
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A real gateway process (embedded node) on free loopback ports, stopped afterwards."""
+    process = GatewayProcess(tmp_path / "data").start()
+    yield process
+    process.stop()
