@@ -49,6 +49,13 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_roundtrip(args: argparse.Namespace) -> int:
+    from bench.roundtrip import run
+
+    run(args.url, args.count, args.size, args.rounds)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgw", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
@@ -84,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("--data-dir", type=Path, default=None, help="scratch dir (default: tmp)")
     store.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
     store.set_defaults(func=_bench_store)
+    trip = bench_cmds.add_parser("roundtrip", help="aio-pika confirms + consumer, side by side")
+    trip.add_argument("--url", action="append", required=True, help="AMQP URL (give two)")
+    trip.add_argument("--count", type=int, default=20_000)
+    trip.add_argument("--size", type=int, default=1024)
+    trip.add_argument("--rounds", type=int, default=3)
+    trip.set_defaults(func=_bench_roundtrip)
     return parser
 
 

@@ -1,11 +1,22 @@
-"""pika, unchanged, against a real gateway process."""
+"""pika, unchanged, against a real gateway process, on both anyio backends."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pika
 import pytest
 
 from tests.harness.processes import GatewayProcess
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GatewayProcess]:
+    """The core scenarios run on asyncio (uvloop) and on trio."""
+    process = GatewayProcess(tmp_path / "data", args=["--backend", request.param]).start()
+    yield process
+    process.stop()
 
 
 def _connect(gateway: GatewayProcess) -> pika.BlockingConnection:
