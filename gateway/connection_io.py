@@ -55,14 +55,26 @@ async def serve_connection(node: Node, stream: SocketStream) -> None:
                     session.mark_dirty()
             await _flush(session, stream)
             tg.cancel_scope.cancel()
-    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        pass
+    except Exception as error:  # ExceptionGroup included: one connection never stops the node
+        if not _is_disconnect(error):
+            log.exception("connection %s failed", session.id)
+            session.close_reason = session.close_reason or f"internal error: {error!r}"
     finally:
         with anyio.CancelScope(shield=True):
             if not session.close_reason:
                 session.close_reason = "client went away"
             await session.release()
         node.sessions.discard(session)
+
+
+_DISCONNECTS = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+
+
+def _is_disconnect(error: BaseException) -> bool:
+    """True when ``error`` (or every error inside a group) is the peer going away."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(_is_disconnect(e) for e in error.exceptions)
+    return isinstance(error, _DISCONNECTS)
 
 
 async def _read_loop(session: Session, stream: SocketStream) -> None:
