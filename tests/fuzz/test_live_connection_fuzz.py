@@ -215,7 +215,7 @@ def test_hostile_frames_close_only_their_own_connection(
     channel = other.channel()
     channel.queue_declare("fuzz_canary")
     channel.basic_publish("", "fuzz_canary", b"ok")
-    method, _props, body = channel.basic_get("fuzz_canary", auto_ack=True)
+    _method, _props, body = channel.basic_get("fuzz_canary", auto_ack=True)
     assert body == b"ok"
     other.close()
 
