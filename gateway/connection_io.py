@@ -80,6 +80,7 @@ def _is_disconnect(error: BaseException) -> bool:
 async def _read_loop(session: Session, stream: SocketStream) -> None:
     conn = session.conn
     while not conn.closed and not session.closing:
+        await session.wait_until_may_read()
         try:
             data = await stream.receive(READ_SIZE)
         except (anyio.EndOfStream, anyio.BrokenResourceError):

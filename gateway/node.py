@@ -4,12 +4,14 @@ connections. `mqgw serve` runs exactly one of these (embedded mode)."""
 from __future__ import annotations
 
 import logging
+import shutil
 from itertools import count
 
 import anyio
 from pamqp import commands
 
 from gateway.amqp.errors import ConnectionForced
+from gateway.disk_alarm import DiskAlarm
 from gateway.push_scheduler import PushScheduler
 from gateway.queue_runtime import QueueRuntime
 from gateway.session import Session
@@ -38,6 +40,7 @@ class Node:
         self.open_connections = 0
         self._numbers = count(1)
         self._users: dict[str, User] = {}
+        self.disk_alarm = DiskAlarm(settings.min_free_disk_bytes)
 
     def next_connection_number(self) -> int:
         return next(self._numbers)
@@ -98,8 +101,25 @@ class Node:
 
     async def housekeeping(self) -> None:
         while True:
+            self.check_disk()
             await anyio.sleep(COMMIT_INTERVAL_S)
             await self.commit_offsets()
+
+    def check_disk(self) -> None:
+        free = shutil.disk_usage(self.settings.data_dir).free
+        change = self.disk_alarm.update(free)
+        if change is None:
+            return
+        if change:
+            log.warning(
+                "disk alarm: %d bytes free, below the limit of %d: blocking publishers",
+                free,
+                self.disk_alarm.limit_bytes,
+            )
+        else:
+            log.info("disk alarm cleared: %d bytes free: unblocking publishers", free)
+        for session in self.sessions:
+            session.notify_blocked(change)
 
     async def shutdown(self, grace_s: float = 3.0) -> None:
         """Close every connection with 320 CONNECTION_FORCED and wait for them to finish."""

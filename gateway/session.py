@@ -67,6 +67,7 @@ class Session:
         self.dirty = anyio.Event()
         self.closing = False
         self.close_reason = ""
+        self.published = False  # a publishing connection is paused by the disk alarm
         send, receive = anyio.create_memory_object_stream[ConfirmItem](256)
         self._confirm_send: MemoryObjectSendStream[ConfirmItem] = send
         self.confirm_receive: MemoryObjectReceiveStream[ConfirmItem] = receive
@@ -75,6 +76,22 @@ class Session:
 
     def mark_dirty(self) -> None:
         self.dirty.set()
+
+    def notify_blocked(self, blocked: bool) -> None:
+        """Disk alarm on or off: tell the client if it asked to be told."""
+        if not self.opened:
+            return
+        if blocked:
+            self.conn.send_blocked("low on disk")
+        else:
+            self.conn.send_unblocked()
+        self.mark_dirty()
+
+    async def wait_until_may_read(self) -> None:
+        """Publishers are not read while the disk alarm is on (their TCP window closes)."""
+        alarm = self.node.disk_alarm
+        if alarm.blocked and self.published:
+            await alarm.wait_released()
 
     def sent(self, size: int) -> None:
         """The writer handed ``size`` bytes to the socket; resume deliveries if drained."""
@@ -205,11 +222,14 @@ class Session:
             "accepting AMQP connection %s (user '%s', vhost '%s')", self.id, self.user, vhost.name
         )
         await self.handle_events(self.conn.accept_vhost())
+        if self.node.disk_alarm.blocked:
+            self.conn.send_blocked("low on disk")
 
     # -- publishing -----------------------------------------------------------------------
 
     async def publish_batch(self, batch: list[Publish]) -> None:
         assert self.vhost is not None
+        self.published = True
         records: list[Record] = []
         confirms: list[tuple[ChannelState, int]] = []
         woken: set[QueueRuntime] = set()

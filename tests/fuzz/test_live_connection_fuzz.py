@@ -16,8 +16,8 @@ from pamqp import commands, frame, header, heartbeat
 from pamqp.common import FieldTable
 
 from tests.harness.processes import GatewayProcess
+from tests.harness.raw_client import PROTOCOL_HEADER, handshake
 
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 KNOWN_CODES = {
     200,
     311,
@@ -46,49 +46,6 @@ def live_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayPr
     process = GatewayProcess(Path(tmp_path_factory.mktemp("fuzz")) / "data").start()
     yield process
     process.stop()
-
-
-def _read_frames(sock: socket.socket, buffer: bytearray) -> list[object]:
-    """Read until at least one whole frame is buffered; returns decoded frames."""
-    while True:
-        out = []
-        while len(buffer) >= 7:
-            size = struct.unpack_from(">I", buffer, 3)[0]
-            if len(buffer) < size + 8:
-                break
-            consumed, _channel, value = frame.unmarshal(bytes(buffer[: size + 8]))
-            del buffer[:consumed]
-            out.append(value)
-        if out:
-            return out
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("closed during the handshake")
-        buffer += data
-
-
-def _handshake(port: int) -> tuple[socket.socket, bytearray]:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-    buffer = bytearray()
-    sock.sendall(PROTOCOL_HEADER)
-    _read_frames(sock, buffer)  # connection.start
-    sock.sendall(
-        frame.marshal(
-            commands.Connection.StartOk(
-                client_properties={"capabilities": {"authentication_failure_close": True}},
-                mechanism="PLAIN",
-                response="\0guest\0guest",
-            ),
-            0,
-        )
-    )
-    _read_frames(sock, buffer)  # connection.tune
-    sock.sendall(frame.marshal(commands.Connection.TuneOk(2047, 131072, 0), 0))
-    sock.sendall(frame.marshal(commands.Connection.Open("/"), 0))
-    _read_frames(sock, buffer)  # connection.open-ok
-    sock.sendall(frame.marshal(commands.Channel.Open(), 1))
-    _read_frames(sock, buffer)  # channel.open-ok
-    return sock, buffer
 
 
 def _valid_frames() -> st.SearchStrategy[bytes]:
@@ -189,7 +146,7 @@ def test_hostile_frames_close_only_their_own_connection(
     live_gateway: GatewayProcess, case: tuple[bytes, list[int]]
 ) -> None:
     stream, cuts = case
-    sock, buffer = _handshake(live_gateway.amqp_port)
+    sock, buffer = handshake(live_gateway.amqp_port)
     try:
         last = 0
         for cut in [*cuts, len(stream)]:
