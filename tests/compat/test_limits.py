@@ -62,19 +62,25 @@ def test_disk_alarm_blocks_publishers_and_tells_them(alarmed_gateway: GatewayPro
     assert blocked and blocked[0].reason == "low on disk"
     sock.sendall(frame.marshal(commands.Queue.Declare(queue="held"), 1))
     read_frames(sock, buffer)  # declare-ok: not a publisher yet, so still read
+    sock.sendall(frame.marshal(commands.Confirm.Select(), 1))
+    read_frames(sock, buffer)  # select-ok
     publish = commands.Basic.Publish(exchange="", routing_key="held")
     content = header.ContentHeader(0, 1, commands.Basic.Properties())
-    for _ in range(3):
-        sock.sendall(
-            frame.marshal(publish, 1)
-            + frame.marshal(content, 1)
-            + frame.marshal(body.ContentBody(b"x"), 1)
-        )
-    # Another connection (a consumer, not a publisher) is still served and sees at most the
-    # first publish: the gateway stopped reading the publisher after it.
+    message = (
+        frame.marshal(publish, 1)
+        + frame.marshal(content, 1)
+        + frame.marshal(body.ContentBody(b"x"), 1)
+    )
+    sock.sendall(message)
+    assert any(isinstance(f, commands.Basic.Ack) for f in read_frames(sock, buffer))
+    # Now a publisher: the gateway stops reading it, so this declare goes unanswered.
+    sock.sendall(message + frame.marshal(commands.Queue.Declare(queue="held", passive=True), 1))
+    sock.settimeout(1.5)
+    with pytest.raises(TimeoutError):
+        read_frames(sock, buffer)
+    # Other connections are served; the second publish was never read.
     other = pika.BlockingConnection(pika.URLParameters(alarmed_gateway.url))
-    count = other.channel().queue_declare("held", passive=True).method.message_count
-    assert count <= 1
+    assert other.channel().queue_declare("held", passive=True).method.message_count == 1
     other.close()
     sock.close()
     check_for(5, lambda: "disk alarm" in alarmed_gateway.log())
