@@ -136,15 +136,27 @@ def _responses(sock: socket.socket, buffer: bytearray) -> list[object]:
     return frames
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=_SUPPRESS)
 @given(hostile_streams())
 def test_hostile_frames_close_only_their_own_connection(
     live_gateway: GatewayProcess, case: tuple[bytes, list[int]]
 ) -> None:
+    _check_hostile_stream(live_gateway, case)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=_SUPPRESS)
+@given(hostile_streams())
+def test_hostile_frames_long_run(
+    live_gateway: GatewayProcess, case: tuple[bytes, list[int]]
+) -> None:
+    _check_hostile_stream(live_gateway, case)
+
+
+def _check_hostile_stream(live_gateway: GatewayProcess, case: tuple[bytes, list[int]]) -> None:
     stream, cuts = case
     sock, buffer = handshake(live_gateway.amqp_port)
     try:

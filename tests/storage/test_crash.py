@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from storage import LogStore, StoreConfig
 
 ROUNDS = 20
@@ -49,9 +51,20 @@ def _run_and_kill(data_dir: Path, start: int, rng: random.Random) -> int:
 
 
 def test_every_completed_append_survives_sigkill_exactly_once_in_order(tmp_path: Path) -> None:
-    rng = random.Random(int(os.environ.get("MQGW_CRASH_SEED", "1")))
+    _kill_rounds(tmp_path, ROUNDS, int(os.environ.get("MQGW_CRASH_SEED", "1")))
+
+
+@pytest.mark.slow
+def test_crash_soak_hundred_rounds_random_seed(tmp_path: Path) -> None:
+    seed = random.randrange(1 << 30)
+    print(f"MQGW_CRASH_SEED={seed}")  # reproduce a failure with this seed
+    _kill_rounds(tmp_path, 100, seed)
+
+
+def _kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
+    rng = random.Random(seed)
     next_seq = 0
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         confirmed = _run_and_kill(tmp_path, next_seq, rng)
         store = LogStore.open(_config(tmp_path))  # no manual repair, ever
         seen: list[int] = []
