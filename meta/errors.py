@@ -44,6 +44,13 @@ class PreconditionFailed(MetaError):
     reply_name = "PRECONDITION_FAILED"
 
 
+class CommandInvalid(MetaError):
+    """Connection-level (503); e.g. an unknown exchange type."""
+
+    reply_code = 503
+    reply_name = "COMMAND_INVALID"
+
+
 class NotAllowed(MetaError):
     """Connection-level (530); e.g. an unknown vhost."""
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from meta import checks
 from meta.errors import (
+    CommandInvalid,
     PreconditionFailed,
     exchange_not_found,
     queue_not_found,
@@ -150,7 +151,8 @@ class MetadataState:
                 raise exchange_not_found(definition.vhost, definition.name)
             return existing, False
         if definition.type not in self.exchange_types:
-            raise PreconditionFailed(f"unknown exchange type '{definition.type}'")
+            # rabbit_exchange:check_type/1: a connection error, not a channel one.
+            raise CommandInvalid(f"unknown exchange type '{definition.type}'")
         checks.check_not_default_exchange(definition.name)
         existing = state.exchanges.get(definition.name)
         if existing is not None:

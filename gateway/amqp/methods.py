@@ -41,7 +41,50 @@ def decode_method(payload: bytes) -> base.Frame:
     except Exception as err:  # pamqp lets struct/Value/Overflow/Recursion errors out
         detail = f"cannot decode {erlang_binary(payload[4:68], as_text=False)}"
         raise FrameError(detail, index >> 16, index & 0xFFFF) from err
+    if getattr(method, "arguments", None):
+        # pamqp drops wire types; RabbitMQ names them in its errors ("of type 'short'").
+        setattr(method, "argument_types", _arguments_types(method, payload[4:]))  # noqa: B010
     return method
+
+
+# Field-table type codes and RabbitMQ's names for them (rabbit_binary_parser).
+_TYPE_NAMES = {
+    "t": "bool", "b": "byte", "B": "unsignedbyte", "s": "short", "u": "unsignedshort",
+    "I": "signedint", "i": "unsignedint", "l": "long", "f": "float", "d": "double",
+    "D": "decimal", "S": "longstr", "x": "binary", "T": "timestamp", "F": "table",
+    "A": "array", "V": "void",
+}  # fmt: skip
+_FIXED_SIZES = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "f": 4, "l": 8,
+                "d": 8, "T": 8, "D": 5, "V": 0}  # fmt: skip
+
+
+def _arguments_types(method: Any, fields: bytes) -> dict[str, str]:
+    """Wire type names of the top-level ``arguments`` table, always a method's last field.
+
+    Its offset is what the other fields re-encode to (they have a single encoding).
+    """
+    arguments = method.arguments
+    method.arguments = {}
+    try:
+        offset = len(method.marshal()) - 4
+    finally:
+        method.arguments = arguments
+    end = offset + 4 + struct.unpack_from(">I", fields, offset)[0]
+    position = offset + 4
+    types: dict[str, str] = {}
+    while position < end:
+        size = fields[position]
+        name = fields[position + 1 : position + 1 + size].decode("utf-8", "replace")
+        code = chr(fields[position + 1 + size])
+        position += 2 + size
+        if code not in _TYPE_NAMES:
+            break  # already rejected or accepted by pamqp; nothing more to name
+        types[name] = _TYPE_NAMES[code]
+        fixed = _FIXED_SIZES.get(code)
+        if fixed is None:
+            fixed = 4 + struct.unpack_from(">I", fields, position)[0]
+        position += fixed
+    return types
 
 
 def connection_close(error: AMQPError) -> commands.Connection.Close:

@@ -7,7 +7,13 @@ from typing import Any
 import anyio
 import pytest
 
-from meta.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from meta.errors import (
+    AccessRefused,
+    CommandInvalid,
+    NotFound,
+    PreconditionFailed,
+    ResourceLocked,
+)
 from meta.local_store import FILE_NAME, LocalMetadataStore
 from meta.models import BindingDef, ExchangeDef, Permission, QueueDef, User, VHost
 from meta.password import hash_password
@@ -229,7 +235,7 @@ async def test_exchange_reserved_default_and_unknown_type(tmp_path: Path) -> Non
         with pytest.raises(AccessRefused) as default:
             await store.declare_exchange(xdef(""), passive=passive)
         assert default.value.detail == "operation not permitted on the default exchange"
-    with pytest.raises(PreconditionFailed) as unknown:
+    with pytest.raises(CommandInvalid) as unknown:
         await store.declare_exchange(xdef("x", "x-consistent-hash"))
     assert unknown.value.detail == "unknown exchange type 'x-consistent-hash'"
     with pytest.raises(PreconditionFailed) as bad_ae:

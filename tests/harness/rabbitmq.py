@@ -1,0 +1,147 @@
+"""A private RabbitMQ node for differential tests (Debian's rabbitmq-server, 3.10).
+
+The node runs from a temporary directory on free loopback ports, with its own epmd on a
+private port, so it never touches a system RabbitMQ. Both processes are our direct children
+with PR_SET_PDEATHSIG: if the test process dies, they die too.
+
+If RabbitMQ cannot start, ``start`` raises: differential tests must fail, never skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import pika
+
+from tests.harness.processes import check_for, die_with_parent
+
+RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+EPMD = "epmd"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RabbitMQProcess:
+    """A RabbitMQ node and its epmd, both children of this process; ``url`` once started."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.node_name = f"mqgw-diff-{uuid.uuid4().hex[:8]}@localhost"
+        self.amqp_port = 0
+        self.epmd: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / "stdout.log"
+
+    def _env(self, epmd_port: int, dist_port: int) -> dict[str, str]:
+        config = self.base_dir / "rabbitmq.conf"
+        config.write_text(f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n")
+        plugins = self.base_dir / "enabled_plugins"
+        plugins.write_text("[].\n")
+        return {
+            **os.environ,
+            "HOME": str(self.base_dir),
+            "RABBITMQ_NODENAME": self.node_name,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.amqp_port),
+            "RABBITMQ_DIST_PORT": str(dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.base_dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.base_dir / "log"),
+            "RABBITMQ_CONFIG_FILE": str(config),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(plugins),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(epmd_port),
+            # ALLOW_INPUT makes the script exec the VM instead of forking it, so beam.smp is
+            # our direct child and keeps the parent-death signal; -noinput keeps it headless.
+            # Our own epmd (below) is a child too, unlike the daemon erl would spawn.
+            "RABBITMQ_ALLOW_INPUT": "true",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-noinput -start_epmd false",
+        }
+
+    def start(self, timeout_s: float = 60) -> RabbitMQProcess:
+        if not RABBITMQ_SERVER.exists() or shutil.which(EPMD) is None:
+            raise RuntimeError(
+                f"{RABBITMQ_SERVER} or epmd is missing: run scripts/setup-dev (rabbitmq-server)"
+            )
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.amqp_port = free_port()
+        epmd_port, dist_port = free_port(), free_port()
+        env = self._env(epmd_port, dist_port)
+        self.epmd = subprocess.Popen(
+            [EPMD, "-port", str(epmd_port), "-address", "127.0.0.1"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
+        check_for(10, lambda: _port_open(epmd_port))
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [str(RABBITMQ_SERVER)],
+                cwd=self.base_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
+        try:
+            check_for(timeout_s, self._ready, interval_s=0.2)
+        except TimeoutError as error:
+            self.stop()
+            raise RuntimeError(f"rabbitmq-server did not start:\n{self.log_tail()}") from error
+        return self
+
+    def _ready(self) -> bool:
+        """An AMQP connection succeeds (the port opens before the broker is ready)."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"rabbitmq-server exited with {self.proc.returncode}")
+        params = pika.URLParameters(self.url + "?connection_attempts=1&socket_timeout=1")
+        pika.BlockingConnection(params).close()
+        return True
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """SIGTERM (the VM shuts RabbitMQ down cleanly), then stop our epmd; nothing is left."""
+        for proc in (self.proc, self.epmd):
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
