@@ -84,6 +84,8 @@ class ChannelState:
     tx_actions: list[TxAction] = field(default_factory=list)
     queue_partition: dict[int, int] = field(default_factory=dict)  # sticky publish partition
     last_queue: str = ""  # '' in a queue method means this one (RabbitMQ's shortcut)
+    reply_key: str = ""  # set while the channel consumes from amq.rabbitmq.reply-to
+    reply_consumer_tag: str = ""
     closing: bool = False
 
     def take_tag(self) -> int:

@@ -23,11 +23,12 @@ from gateway.amqp.errors import (
     PreconditionFailed,
 )
 from gateway.channel_state import ChannelState, Consumer, Delivery, TxAction
+from gateway.direct_reply import REPLY_QUEUE
 from gateway.queue_runtime import QueueRuntime
 from gateway.vhost import VirtualHost, amqp_error
 from meta import checks
 from meta.errors import MetaError
-from meta.models import BindingDef, ExchangeDef, QueueDef
+from meta.models import BindingDef, DestinationType, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
     from gateway.session import Session
@@ -45,6 +46,11 @@ def _send(
 ) -> None:
     if not nowait:
         session.conn.send_method(channel.number, method)
+
+
+def _argument_types(method: Any) -> dict[str, str]:
+    """Wire types of ``arguments`` as the frame decoder recorded them (see amqp/methods.py)."""
+    return dict(getattr(method, "argument_types", None) or {})
 
 
 def _queue_name(channel: ChannelState, name: str, class_id: int, method_id: int) -> str:
@@ -77,6 +83,7 @@ async def exchange_declare(
         auto_delete=m.auto_delete,
         internal=m.internal,
         arguments=dict(m.arguments or {}),
+        argument_types=_argument_types(m),
     )
     await _vhost(session).declare_exchange(definition, m.passive)
     _send(session, channel, commands.Exchange.DeclareOk(), m.nowait)
@@ -89,33 +96,32 @@ async def exchange_delete(
     _send(session, channel, commands.Exchange.DeleteOk(), m.nowait)
 
 
-async def exchange_bind(session: Session, channel: ChannelState, m: commands.Exchange.Bind) -> None:
-    vhost = _vhost(session)
-    binding = BindingDef(
-        vhost=vhost.name,
-        source=m.source,
-        destination=m.destination,
-        destination_type="exchange",
+def _binding(
+    session: Session, m: Any, source: str, destination: str, kind: DestinationType
+) -> BindingDef:
+    """The binding a bind/unbind method names (queue or exchange destination)."""
+    return BindingDef(
+        vhost=_vhost(session).name,
+        source=source,
+        destination=destination,
+        destination_type=kind,
         routing_key=m.routing_key,
         arguments=dict(m.arguments or {}),
+        argument_types=_argument_types(m),
     )
-    await vhost.bind(binding, session.id, 40, 30)
+
+
+async def exchange_bind(session: Session, channel: ChannelState, m: commands.Exchange.Bind) -> None:
+    binding = _binding(session, m, m.source, m.destination, "exchange")
+    await _vhost(session).bind(binding, session.id, 40, 30)
     _send(session, channel, commands.Exchange.BindOk(), m.nowait)
 
 
 async def exchange_unbind(
     session: Session, channel: ChannelState, m: commands.Exchange.Unbind
 ) -> None:
-    vhost = _vhost(session)
-    binding = BindingDef(
-        vhost=vhost.name,
-        source=m.source,
-        destination=m.destination,
-        destination_type="exchange",
-        routing_key=m.routing_key,
-        arguments=dict(m.arguments or {}),
-    )
-    await vhost.unbind(binding, session.id, 40, 40)
+    binding = _binding(session, m, m.source, m.destination, "exchange")
+    await _vhost(session).unbind(binding, session.id, 40, 40)
     _send(session, channel, commands.Exchange.UnbindOk(), m.nowait)
 
 
@@ -124,6 +130,10 @@ async def exchange_unbind(
 
 async def queue_declare(session: Session, channel: ChannelState, m: commands.Queue.Declare) -> None:
     vhost = _vhost(session)
+    if m.queue == REPLY_QUEUE and m.passive:  # the pseudo-queue exists for every client
+        consumers = 1 if channel.reply_key else 0  # RabbitMQ counts this channel's consumer
+        _send(session, channel, commands.Queue.DeclareOk(REPLY_QUEUE, 0, consumers), m.nowait)
+        return
     definition = QueueDef(
         vhost=vhost.name,
         name=m.queue,
@@ -131,6 +141,7 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
         exclusive_owner=session.id if m.exclusive else None,
         auto_delete=m.auto_delete,
         arguments=dict(m.arguments or {}),
+        argument_types=_argument_types(m),
         partitions=session.node.settings.queue_partitions,
     )
     queue = await vhost.declare_queue(definition, m.passive, session.id)
@@ -141,30 +152,15 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
 
 
 async def queue_bind(session: Session, channel: ChannelState, m: commands.Queue.Bind) -> None:
-    vhost = _vhost(session)
-    binding = BindingDef(
-        vhost=vhost.name,
-        source=m.exchange,
-        destination=_queue_name(channel, m.queue, 50, 20),
-        destination_type="queue",
-        routing_key=m.routing_key,
-        arguments=dict(m.arguments or {}),
-    )
-    await vhost.bind(binding, session.id, 50, 20)
+    queue = _queue_name(channel, m.queue, 50, 20)
+    await _vhost(session).bind(_binding(session, m, m.exchange, queue, "queue"), session.id, 50, 20)
     _send(session, channel, commands.Queue.BindOk(), m.nowait)
 
 
 async def queue_unbind(session: Session, channel: ChannelState, m: commands.Queue.Unbind) -> None:
-    vhost = _vhost(session)
-    binding = BindingDef(
-        vhost=vhost.name,
-        source=m.exchange,
-        destination=_queue_name(channel, m.queue, 50, 50),
-        destination_type="queue",
-        routing_key=m.routing_key,
-        arguments=dict(m.arguments or {}),
-    )
-    await vhost.unbind(binding, session.id, 50, 50)
+    queue = _queue_name(channel, m.queue, 50, 50)
+    binding = _binding(session, m, m.exchange, queue, "queue")
+    await _vhost(session).unbind(binding, session.id, 50, 50)
     _send(session, channel, commands.Queue.UnbindOk())
 
 
@@ -212,7 +208,23 @@ def _consumer_tag() -> str:
     return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
+async def _consume_direct_reply(
+    session: Session, channel: ChannelState, m: commands.Basic.Consume
+) -> None:
+    if not m.no_ack:
+        raise PreconditionFailed("reply consumer cannot acknowledge", 60, 20)
+    if channel.reply_key:
+        raise PreconditionFailed("reply consumer already set", 60, 20)
+    tag = m.consumer_tag or _consumer_tag()
+    channel.reply_consumer_tag = tag
+    channel.reply_key = session.node.direct_replies.register(channel, tag)
+    _send(session, channel, commands.Basic.ConsumeOk(tag), m.nowait)
+
+
 async def basic_consume(session: Session, channel: ChannelState, m: commands.Basic.Consume) -> None:
+    if m.queue == REPLY_QUEUE:
+        await _consume_direct_reply(session, channel, m)
+        return
     vhost = _vhost(session)
     queue = vhost.queue(_queue_name(channel, m.queue, 60, 20), 60, 20)
     _exclusive_check(session, queue, 60, 20)
@@ -237,6 +249,9 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
 
 
 async def basic_cancel(session: Session, channel: ChannelState, m: commands.Basic.Cancel) -> None:
+    if channel.reply_key and m.consumer_tag == channel.reply_consumer_tag:
+        session.node.direct_replies.unregister(channel.reply_key)
+        channel.reply_key = channel.reply_consumer_tag = ""
     consumer = channel.consumers.get(m.consumer_tag or "")
     if consumer is not None:
         session.cancel_consumer(consumer)

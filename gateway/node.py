@@ -11,6 +11,7 @@ import anyio
 from pamqp import commands
 
 from gateway.amqp.errors import ConnectionForced
+from gateway.direct_reply import DirectReplies
 from gateway.disk_alarm import DiskAlarm
 from gateway.push_scheduler import PushScheduler
 from gateway.queue_runtime import QueueRuntime
@@ -41,6 +42,7 @@ class Node:
         self._numbers = count(1)
         self._users: dict[str, User] = {}
         self.disk_alarm = DiskAlarm(settings.min_free_disk_bytes)
+        self.direct_replies = DirectReplies()
 
     def next_connection_number(self) -> int:
         return next(self._numbers)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import random
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gateway.amqp import Publish, frame_writer
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
+from gateway.direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from gateway.queue_runtime import QueueRuntime
 from gateway.routing import UnknownExchange, strip_bcc
 from storage import Record
@@ -24,13 +25,23 @@ if TYPE_CHECKING:
 _FLAGS = struct.Struct(">H")
 HEADERS_FLAG = 0x2000
 DELIVERY_MODE_FLAG = 0x1000
+REPLY_TO_FLAG = 0x0200
 USER_ID_FLAG = 0x0010
 PERSISTENT = 1  # record flag bit 0
 
 
+class RouteOutcome(NamedTuple):
+    record: Record | None  # what to store (None: nothing)
+    queues: list[QueueRuntime]  # to wake after the append
+    routed: bool  # False: unroutable (mandatory gets basic.return)
+
+
+UNROUTED = RouteOutcome(None, [], False)
+
+
 def route_publish(
     session: Session, channel: ChannelState, publish: Publish, now_ms: int
-) -> tuple[Record | None, list[QueueRuntime]]:
+) -> RouteOutcome:
     vhost = session.vhost
     assert vhost is not None
     if publish.immediate:
@@ -47,8 +58,13 @@ def route_publish(
     properties_bytes = publish.properties_bytes
     flags = _FLAGS.unpack_from(properties_bytes)[0] if len(properties_bytes) >= 2 else 0
     headers = None
-    if flags & (HEADERS_FLAG | USER_ID_FLAG | DELIVERY_MODE_FLAG):
+    if flags & (HEADERS_FLAG | USER_ID_FLAG | DELIVERY_MODE_FLAG | REPLY_TO_FLAG):
         properties = publish.properties
+        if properties.reply_to == REPLY_QUEUE:
+            if not channel.reply_key:
+                raise PreconditionFailed("fast reply consumer does not exist", 60, 40)
+            properties.reply_to = REPLY_PREFIX + channel.reply_key
+            properties_bytes = frame_writer.encode_properties(properties)
         headers = properties.headers if flags & HEADERS_FLAG else None
         user_id = properties.user_id
         if user_id is not None and user_id != session.user:
@@ -60,17 +76,17 @@ def route_publish(
         if headers and "BCC" in headers:
             properties.headers = strip_bcc(dict(headers))
             properties_bytes = frame_writer.encode_properties(properties)
+    if not publish.exchange and publish.routing_key.startswith(REPLY_PREFIX):
+        return _direct_reply(session, publish, properties_bytes)
     try:
         result = vhost.router.route(publish.exchange, publish.routing_key, headers)
     except UnknownExchange:
         raise NotFound(
             f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
         ) from None
-    if not result.queues:
-        return None, []
     queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]
     if not queues:
-        return None, []
+        return UNROUTED
     destinations = tuple((q.queue_id, _partition(channel, q)) for q in queues)
     record_flags = (
         PERSISTENT if flags & DELIVERY_MODE_FLAG and publish.properties.delivery_mode == 2 else 0
@@ -84,7 +100,27 @@ def route_publish(
         now_ms,
         record_flags,
     )
-    return record, queues
+    return RouteOutcome(record, queues, True)
+
+
+def _direct_reply(session: Session, publish: Publish, properties_bytes: bytes) -> RouteOutcome:
+    """A reply to a direct reply-to consumer: delivered at once, never stored."""
+    target = session.node.direct_replies.lookup(publish.routing_key)
+    if target is None:
+        return UNROUTED
+    channel, consumer_tag = target
+    channel.session.conn.send_deliver(
+        channel.number,
+        consumer_tag,
+        channel.take_tag(),
+        False,
+        "",
+        publish.routing_key,
+        properties_bytes,
+        publish.body,
+    )
+    channel.session.mark_dirty()
+    return RouteOutcome(None, [], True)
 
 
 def _partition(channel: ChannelState, queue: QueueRuntime) -> int:

@@ -239,11 +239,11 @@ class Session:
             if channel is None or channel.closing:
                 continue
             try:
-                record, queues = route_publish(self, channel, publish, now_ms)
+                record, queues, routed = route_publish(self, channel, publish, now_ms)
             except AMQPError as error:
                 await self.fail(channel, error)
                 continue
-            if record is None and publish.mandatory:
+            if not routed and publish.mandatory:
                 self._send_return(channel, publish)
             if channel.tx_mode:
                 if record is not None:
@@ -345,6 +345,8 @@ class Session:
         if channel is None:
             return
         channel.closing = True
+        if channel.reply_key:
+            self.node.direct_replies.unregister(channel.reply_key)
         for consumer in list(channel.consumers.values()):
             self.cancel_consumer(consumer)
             await self.maybe_auto_delete(consumer.queue)
