@@ -73,6 +73,7 @@ async def _append_run(
     root: Path, record_bytes: int, flush: FlushPolicy, batch: int, fanout: int, seconds: float
 ) -> AppendRun:
     shutil.rmtree(root, ignore_errors=True)
+    os.sync()  # the previous run's dirty pages must not be written back during this one
     records = _records(record_bytes, batch, fanout)
     # Sync flush needs concurrent appenders for group commit to mean anything (as many
     # publishing channels would); async completes at once, so one appender saturates it.
@@ -88,6 +89,9 @@ async def _append_run(
             while time.perf_counter() < deadline:
                 await store.append(records)
                 appended += batch
+                # Async appends never suspend; yield as a gateway does between socket reads,
+                # so housekeeping (flush, checkpoint) runs on its interval, not in a burst.
+                await anyio.lowlevel.checkpoint()
 
         gc.collect()
         start = time.perf_counter()
