@@ -12,9 +12,9 @@ from pamqp import commands
 
 from gateway.amqp.errors import ConnectionForced
 from gateway.direct_reply import DirectReplies
-from gateway.disk_alarm import DiskAlarm
 from gateway.push_scheduler import PushScheduler
 from gateway.queue_runtime import QueueRuntime
+from gateway.resource_alarm import Alarms, ResourceAlarm
 from gateway.session import Session
 from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
@@ -41,7 +41,11 @@ class Node:
         self.open_connections = 0
         self._numbers = count(1)
         self._users: dict[str, User] = {}
-        self.disk_alarm = DiskAlarm(settings.min_free_disk_bytes)
+        # Disk: "on above" a shortfall reading (limit - free), so both alarms read upwards.
+        self.disk_alarm = ResourceAlarm("disk", 0)
+        backlog = settings.store_backlog_limit_bytes
+        self.store_alarm = ResourceAlarm("store backlog", backlog, backlog // 4)
+        self.alarms = Alarms(self.disk_alarm, self.store_alarm)
         self.direct_replies = DirectReplies()
 
     def next_connection_number(self) -> int:
@@ -103,25 +107,32 @@ class Node:
 
     async def housekeeping(self) -> None:
         while True:
-            self.check_disk()
+            await self.check_resources()
             await anyio.sleep(COMMIT_INTERVAL_S)
             await self.commit_offsets()
 
-    def check_disk(self) -> None:
+    async def check_resources(self) -> None:
+        """Update the alarms; tell every connection when publishers become (un)blocked."""
+        was_blocked = self.alarms.blocked
         free = shutil.disk_usage(self.settings.data_dir).free
-        change = self.disk_alarm.update(free)
-        if change is None:
-            return
-        if change:
-            log.warning(
-                "disk alarm: %d bytes free, below the limit of %d: blocking publishers",
-                free,
-                self.disk_alarm.limit_bytes,
-            )
-        else:
-            log.info("disk alarm cleared: %d bytes free: unblocking publishers", free)
-        for session in self.sessions:
-            session.notify_blocked(change)
+        shortfall = self.settings.min_free_disk_bytes - free
+        backlog = await self.store.backlog_bytes()
+        for alarm, reading, detail in (
+            (self.disk_alarm, shortfall, f"{free} bytes free"),
+            (self.store_alarm, backlog, f"{backlog} bytes not yet durable"),
+        ):
+            change = alarm.update(reading)
+            if change is True:
+                log.warning("%s alarm: %s: blocking publishers", alarm.name, detail)
+            elif change is False:
+                log.info("%s alarm cleared: %s", alarm.name, detail)
+        self.alarms.changed()
+        if self.alarms.blocked != was_blocked:
+            for session in self.sessions:
+                session.notify_blocked(self.alarms.blocked, self.block_reason())
+
+    def block_reason(self) -> str:
+        return "low on disk" if self.disk_alarm.blocked else "store is behind"
 
     async def shutdown(self, grace_s: float = 3.0) -> None:
         """Close every connection with 320 CONNECTION_FORCED and wait for them to finish."""

@@ -77,21 +77,21 @@ class Session:
     def mark_dirty(self) -> None:
         self.dirty.set()
 
-    def notify_blocked(self, blocked: bool) -> None:
-        """Disk alarm on or off: tell the client if it asked to be told."""
+    def notify_blocked(self, blocked: bool, reason: str) -> None:
+        """Resource alarm on or off: tell the client if it asked to be told."""
         if not self.opened:
             return
         if blocked:
-            self.conn.send_blocked("low on disk")
+            self.conn.send_blocked(reason)
         else:
             self.conn.send_unblocked()
         self.mark_dirty()
 
     async def wait_until_may_read(self) -> None:
-        """Publishers are not read while the disk alarm is on (their TCP window closes)."""
-        alarm = self.node.disk_alarm
-        if alarm.blocked and self.published:
-            await alarm.wait_released()
+        """Publishers are not read while an alarm is on (their TCP window closes)."""
+        alarms = self.node.alarms
+        if alarms.blocked and self.published:
+            await alarms.wait_released()
 
     def sent(self, size: int) -> None:
         """The writer handed ``size`` bytes to the socket; resume deliveries if drained."""
@@ -222,8 +222,8 @@ class Session:
             "accepting AMQP connection %s (user '%s', vhost '%s')", self.id, self.user, vhost.name
         )
         await self.handle_events(self.conn.accept_vhost())
-        if self.node.disk_alarm.blocked:
-            self.conn.send_blocked("low on disk")
+        if self.node.alarms.blocked:
+            self.conn.send_blocked(self.node.block_reason())
 
     # -- publishing -----------------------------------------------------------------------
 

@@ -64,6 +64,7 @@ class GatewaySettings(BaseSettings):
     retention_ms: int = 72 * 3600 * 1000
     disk_budget_bytes: int | None = None
     min_free_disk_bytes: int = 50 << 20  # below this, publishers get connection.blocked
+    store_backlog_limit_bytes: int = 512 << 20  # written but not durable: above, blocked too
 
     @classmethod
     def settings_customise_sources(

@@ -93,6 +93,10 @@ class EmbeddedStore:
             await self.wait_durable(result.end_offset)
         return result
 
+    async def backlog_bytes(self) -> int:
+        """Bytes appended but not yet durable: how far fsync is behind the writers."""
+        return max(0, self.log.commit_log.write_offset - self.log.durable_offset)
+
     async def wait_durable(self, end_offset: int) -> None:
         """Completes when everything before ``end_offset`` is durable under the policy."""
         if self._sync:

@@ -12,7 +12,7 @@ import pika
 import pytest
 from pamqp import body, commands, frame, header, heartbeat
 
-from gateway.disk_alarm import DiskAlarm
+from gateway.resource_alarm import Alarms, ResourceAlarm
 from tests.harness.processes import GatewayProcess, check_for
 from tests.harness.raw_client import handshake, read_frames
 
@@ -86,18 +86,27 @@ def test_disk_alarm_blocks_publishers_and_tells_them(alarmed_gateway: GatewayPro
     check_for(5, lambda: "disk alarm" in alarmed_gateway.log())
 
 
-def test_disk_alarm_transitions() -> None:
+def test_alarm_transitions_with_hysteresis() -> None:
     async def scenario() -> None:
-        alarm = DiskAlarm(limit_bytes=100)
-        assert alarm.update(500) is None and not alarm.blocked
-        assert alarm.update(99) is True and alarm.blocked
-        assert alarm.update(50) is None
+        backlog = ResourceAlarm("store backlog", on_above=100, off_below=25)
+        disk = ResourceAlarm("disk", on_above=0)
+        alarms = Alarms(backlog, disk)
+        assert backlog.update(100) is None and not alarms.blocked
+        assert backlog.update(101) is True
+        alarms.changed()
+        assert alarms.blocked
+        assert backlog.update(50) is None  # still above the clear mark
         with anyio.move_on_after(0.05) as scope:
-            await alarm.wait_released()
-        assert scope.cancelled_caught  # still blocked: the wait does not return
-        assert alarm.update(100) is False and not alarm.blocked
+            await alarms.wait_released()
+        assert scope.cancelled_caught  # blocked: the wait does not return
+        assert disk.update(10) is True
+        assert backlog.update(24) is False
+        alarms.changed()
+        assert alarms.blocked  # the disk alarm still holds publishers
+        assert disk.update(-5) is False
+        alarms.changed()
         with anyio.fail_after(1):
-            await alarm.wait_released()
+            await alarms.wait_released()
 
     anyio.run(scenario)
 
