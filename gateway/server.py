@@ -78,6 +78,15 @@ async def serve(
     log.info("mqgw stopped cleanly")
 
 
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401, PLC0415 - only probing whether it is installed
+    except ImportError:
+        log.info("uvloop not installed: running on the standard asyncio event loop")
+        return False
+    return True
+
+
 async def _serve_admin(
     node: Node, settings: GatewaySettings, *, task_status: anyio.abc.TaskStatus[int]
 ) -> None:
@@ -95,5 +104,5 @@ async def _serve_admin(
 
 
 def run(settings: GatewaySettings, backend: str = "asyncio") -> None:
-    options = {"use_uvloop": True} if backend == "asyncio" else {}
+    options = {"use_uvloop": _has_uvloop()} if backend == "asyncio" else {}
     anyio.run(serve, settings, backend=backend, backend_options=options)
