@@ -211,14 +211,16 @@ class LogStore:
         info = QueueInfo(queue_id, partitions, self.commit_log.write_offset)
         self._open_queue(info)
         self.registry.queues[queue_id] = info
-        self.registry.save()
+        # Saved before the next append (see append): declaring 10,000 queues costs one write,
+        # and no record can reach a queue the registry on disk does not know.
+        self.registry.dirty = True
 
     def delete_queue(self, queue_id: int) -> None:
         self._check_open()
         info = self.registry.queues.pop(queue_id, None)
         if info is None:
             raise UnknownQueue(queue_id)
-        self.registry.save()
+        self.registry.dirty = True  # a queue resurrected by a crash is dropped as unknown
         for partition in range(info.partitions):
             self.cqs.pop((queue_id, partition)).delete()
         self.offsets.drop_queue(queue_id)
@@ -240,6 +242,8 @@ class LogStore:
         start = self.commit_log.write_offset
         if not records:
             return AppendResult(start, start, 0)
+        if self.registry.dirty:
+            self.registry.save()
         store_ts = max(self.clock(), self.commit_log.last_store_ts_ms)
         first, runs = self.commit_log.append(records, store_ts)
         undo: list[tuple[ConsumeQueue, int, int]] = []
@@ -282,6 +286,8 @@ class LogStore:
 
     def checkpoint(self, ticket: FlushTicket | None = None) -> None:
         """Record where recovery may start; the commitlog must be durable up to there."""
+        if self.registry.dirty:
+            self.registry.save()
         dispatched = (ticket or self.begin_checkpoint()).sync(self.fs)
         Checkpoint(min(dispatched, self.durable_offset)).save(self.fs, self.checkpoint_path)
 

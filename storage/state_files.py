@@ -41,12 +41,14 @@ class QueueRegistry:
         self.fs = fs
         self.path = path
         self.queues: dict[int, QueueInfo] = {}
+        self.dirty = False  # changed in memory, not yet on disk
 
     def load(self) -> None:
         data = _read_json(self.path) or {}
         self.queues = {int(k): QueueInfo(**v) for k, v in data.get("queues", {}).items()}
 
     def save(self) -> None:
+        self.dirty = False
         _write_json(
             self.fs, self.path, {"queues": {str(k): asdict(v) for k, v in self.queues.items()}}
         )

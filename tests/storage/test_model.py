@@ -97,6 +97,10 @@ class StoreModel(RuleBasedStateMachine):
             self.store._release()
             (self.dir / "checkpoint.json").unlink(missing_ok=True)
         self.store = LogStore.open(self.config)
+        # As the gateway does at start: declare every queue metadata knows (idempotent). A
+        # queue created after the last append or checkpoint is only on disk from then on.
+        for q, n in QUEUES.items():
+            self.store.create_queue(q, n)
 
     @invariant()
     def ready_counts_match(self) -> None:
