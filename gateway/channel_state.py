@@ -93,6 +93,18 @@ class ChannelState:
         self.next_delivery_tag += 1
         return tag
 
+    def record_delivery(
+        self, consumer: Consumer, queue: QueueRuntime, partition: int, message: StoredMessage
+    ) -> int:
+        """Book a delivery to ``consumer``: its tag, and its unacked entry unless no-ack."""
+        tag = self.take_tag()
+        if consumer.no_ack:
+            queue.settle(partition, message)
+        else:
+            self.unacked[tag] = Delivery(queue, partition, message, consumer)
+            consumer.unacked += 1
+        return tag
+
     def pop_deliveries(self, tag: int, multiple: bool) -> list[Delivery]:
         """Remove and return the deliveries an ack/nack names; [] if ``tag`` is unknown.
 

@@ -270,6 +270,7 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
         _send(session, channel, commands.Basic.GetEmpty())
         return
     partition, message, redelivered = taken
+    queue.delivered += 1
     tag = channel.take_tag()
     if m.no_ack:
         queue.settle(partition, message)

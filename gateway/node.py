@@ -14,6 +14,7 @@ from gateway.amqp.errors import ConnectionForced
 from gateway.direct_reply import DirectReplies
 from gateway.push_scheduler import PushScheduler
 from gateway.queue_runtime import QueueRuntime
+from gateway.rate_limit import TokenBucket
 from gateway.resource_alarm import Alarms, ResourceAlarm
 from gateway.session import Session
 from gateway.settings import GatewaySettings
@@ -35,7 +36,7 @@ class Node:
         self.settings = settings
         self.store = store
         self.meta = meta
-        self.scheduler = PushScheduler()
+        self.scheduler = PushScheduler(settings.push_tasks, settings.push_quota)
         self.vhosts: dict[str, VirtualHost] = {}
         self.sessions: set[Session] = set()
         self.open_connections = 0
@@ -99,6 +100,27 @@ class Node:
                 cancel = commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
                 session.conn.send_method(consumer.channel.number, cancel)
                 session.mark_dirty()
+
+    def queue(self, vhost: str, name: str) -> QueueRuntime | None:
+        host = self.vhosts.get(vhost)
+        return None if host is None else host.queues.get(name)
+
+    def pause_queue(self, queue: QueueRuntime) -> None:
+        """Stop deliveries from the queue (takes effect at its next turn)."""
+        queue.paused = True
+        log.info("consumption paused: queue %r", queue.name)
+
+    def resume_queue(self, queue: QueueRuntime) -> None:
+        queue.paused = False
+        log.info("consumption resumed: queue %r", queue.name)
+        self.scheduler.wake(queue)
+
+    def set_rate_limit(self, queue: QueueRuntime, msgs_per_s: float | None) -> None:
+        """Limit the queue's deliveries to ``msgs_per_s`` (None: no limit)."""
+        now = self.scheduler.clock()
+        queue.rate_limit = None if msgs_per_s is None else TokenBucket(msgs_per_s, now)
+        log.info("rate limit of queue %r: %s msgs/s", queue.name, msgs_per_s or "none")
+        self.scheduler.wake(queue)
 
     async def commit_offsets(self) -> None:
         for vhost in self.vhosts.values():

@@ -1,17 +1,23 @@
 """The push scheduler: a few tasks serve a ready-set of queues (vivo's design).
 
 A queue is woken (put in the ready-set) when something may let it deliver: a publish into it,
-a new consumer, an ack or requeue that returns credit, a channel.flow or a drained socket. A
-push task takes the oldest ready queue, refills its buffer if low, and delivers at most
-``quota`` messages before putting it back at the end, so one hot queue cannot starve the
-rest. A queue with no credit or no messages leaves the set and costs nothing until woken.
-There is no task, thread or timer per queue or consumer.
+a new consumer, an ack or requeue that returns credit, channel.flow, a drained socket, an
+operator's resume. A push task takes the oldest ready queue, refills its buffer from the store
+when it runs low, and delivers at most ``quota`` messages before putting it back at the end,
+so one hot queue cannot starve the rest. A queue with no credit, no messages or paused leaves
+the set and costs nothing until woken. A rate-limited queue out of tokens is parked on one
+timer heap shared by the whole node; a single timer task wakes it when a token is back.
+There is no task, thread or timer per queue or per consumer.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 
 import anyio
 
@@ -21,12 +27,22 @@ log = logging.getLogger("mqgw.push")
 
 
 class PushScheduler:
-    def __init__(self, tasks: int = 2, quota: int = 64) -> None:
+    def __init__(
+        self, tasks: int = 2, quota: int = 64, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.tasks = tasks
         self.quota = quota
+        self.clock = clock
         self._ready: deque[QueueRuntime] = deque()
         self._wakeup = anyio.Event()
+        self._timers: list[tuple[float, int, QueueRuntime]] = []
+        self._timer_changed = anyio.Event()
+        self._sequence = itertools.count()
         self.turns = 0
+
+    @property
+    def ready_count(self) -> int:
+        return len(self._ready)
 
     def wake(self, queue: QueueRuntime) -> None:
         if queue.deleted:
@@ -42,6 +58,7 @@ class PushScheduler:
         async with anyio.create_task_group() as tg:
             for _ in range(self.tasks):
                 tg.start_soon(self._push_loop)
+            tg.start_soon(self._timer_loop)
 
     async def _push_loop(self) -> None:
         while True:
@@ -49,27 +66,57 @@ class PushScheduler:
                 self._wakeup = anyio.Event()
                 await self._wakeup.wait()
                 continue
-            queue = self._ready.popleft()
-            try:
-                again = await self._serve(queue)
-            except Exception:
-                log.exception("push to queue %r failed", queue.name)
-                again = False
-            queue.scheduled = False
-            if (again or queue.rewake) and not queue.deleted:
-                queue.rewake = False
-                self.wake(queue)
+            await self.turn()
             await anyio.lowlevel.checkpoint()  # let readers and writers run between turns
+
+    async def turn(self) -> bool:
+        """Serve the oldest ready queue once; False if none was ready."""
+        if not self._ready:
+            return False
+        queue = self._ready.popleft()
+        try:
+            again = await self._serve(queue)
+        except Exception:
+            log.exception("push to queue %r failed", queue.name)
+            again = False
+        queue.scheduled = False
+        if (again or queue.rewake) and not queue.deleted:
+            queue.rewake = False
+            self.wake(queue)
+        return True
 
     async def _serve(self, queue: QueueRuntime) -> bool:
         self.turns += 1
         queue.rewake = False
-        if not queue.consumers:
+        if not queue.consumers or queue.paused:
             return False
         await queue.fill()
-        result = queue.pump(self.quota)
+        now = self.clock()
+        result = queue.pump(self.quota, now)
         if result is PumpResult.QUOTA_USED:
             return True
         if result is PumpResult.NO_MESSAGES:
             return not queue.exhausted  # the last fetch was full: there may be more
+        if result is PumpResult.RATE_LIMITED and queue.rate_limit is not None:
+            self._park(queue, queue.rate_limit.next_token_at(now))
         return False
+
+    # -- rate-limit timers: one heap and one task for the whole node ----------------------
+
+    def _park(self, queue: QueueRuntime, when: float) -> None:
+        heapq.heappush(self._timers, (when, next(self._sequence), queue))
+        self._timer_changed.set()
+
+    def wake_due(self, now: float) -> float | None:
+        """Wake parked queues whose token is back; returns when the next one is due."""
+        while self._timers and self._timers[0][0] <= now:
+            _, _, queue = heapq.heappop(self._timers)
+            self.wake(queue)
+        return self._timers[0][0] if self._timers else None
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self._timer_changed = anyio.Event()
+            due = self.wake_due(self.clock())
+            with anyio.move_on_after(3600 if due is None else max(0.0, due - self.clock())):
+                await self._timer_changed.wait()

@@ -15,6 +15,7 @@ from collections import deque
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from gateway.rate_limit import TokenBucket
 from meta.models import QueueDef
 from storage import QUEUE_GROUP, EmbeddedStore, StoredMessage
 
@@ -29,6 +30,8 @@ class PumpResult(Enum):
     QUOTA_USED = 1  # more may be deliverable: serve again next turn
     NO_CREDIT = 2  # messages wait for a consumer with credit (an ack/consume wakes us)
     NO_MESSAGES = 3  # buffer empty (a fetch or a publish wakes us)
+    PAUSED = 4  # consumption paused by an operator (resume wakes us)
+    RATE_LIMITED = 5  # out of tokens (the scheduler's timer wakes us when one is back)
 
 
 class QueueRuntime:
@@ -49,6 +52,9 @@ class QueueRuntime:
         self.rewake = False
         self.deleted = False
         self.commit_dirty = False
+        self.paused = False
+        self.rate_limit: TokenBucket | None = None
+        self.delivered = 0  # total deliveries (consumers and basic.get), for stats and tests
 
     async def start(self) -> None:
         """Resume from the committed offsets: what was in flight at a stop is redelivered."""
@@ -130,8 +136,22 @@ class QueueRuntime:
         self.inflight[partition].discard(message.queue_offset)
         heapq.heappush(self.requeued, (message.commit_offset, partition, message))
 
-    def pump(self, quota: int) -> PumpResult:
-        """Deliver up to ``quota`` messages to consumers with credit."""
+    def pump(self, quota: int, now: float) -> PumpResult:
+        """Deliver up to ``quota`` messages to consumers with credit (and within the rate)."""
+        if self.paused:
+            return PumpResult.PAUSED
+        limit = self.rate_limit
+        if limit is not None:
+            quota = min(quota, limit.available(now))
+            if quota <= 0:
+                return PumpResult.RATE_LIMITED
+        before = self.delivered
+        result = self._pump(quota)
+        if limit is not None:
+            limit.take(self.delivered - before, now)
+        return result
+
+    def _pump(self, quota: int) -> PumpResult:
         delivered = 0
         while delivered < quota:
             if not self.has_buffered():
@@ -144,6 +164,7 @@ class QueueRuntime:
             partition, message, redelivered = taken
             consumer.channel.session.deliver(consumer, self, partition, message, redelivered)
             delivered += 1
+            self.delivered += 1
         return PumpResult.QUOTA_USED
 
     # -- counts and offsets ---------------------------------------------------------------

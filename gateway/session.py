@@ -111,7 +111,7 @@ class Session:
         redelivered: bool,
     ) -> None:
         channel = consumer.channel
-        tag = channel.take_tag()
+        tag = channel.record_delivery(consumer, queue, partition, message)
         body = bytes(message.body)
         self.conn.send_deliver(
             channel.number,
@@ -123,11 +123,6 @@ class Session:
             bytes(message.properties),
             body,
         )
-        if consumer.no_ack:
-            queue.settle(partition, message)
-        else:
-            channel.unacked[tag] = Delivery(queue, partition, message, consumer)
-            consumer.unacked += 1
         self.queued_bytes += len(body) + 128
         if self.queued_bytes > HIGH_WATER_BYTES:
             self.writable = False

@@ -57,6 +57,8 @@ class GatewaySettings(BaseSettings):
     max_message_size_bytes: int = 16 << 20
     max_connections: int = 0  # 0: unlimited
     queue_partitions: int = 1
+    push_tasks: int = 2  # push scheduler tasks, whatever the number of queues
+    push_quota: int = 64  # deliveries per queue per turn
     consumer_timeout_ms: int = 30 * 60 * 1000
 
     flush: FlushPolicy = FlushPolicy.SYNC
