@@ -43,17 +43,21 @@ async def serve_connection(node: Node, stream: SocketStream) -> None:
     node.sessions.add(session)
     try:
         async with stream, anyio.create_task_group() as tg:
-            tg.start_soon(_write_loop, session, stream)
+            writer_done = anyio.Event()
+            tg.start_soon(_write_loop, session, stream, writer_done)
             tg.start_soon(session.confirm_loop)
             await _read_loop(session, stream)
             session.mark_dirty()
-            # Our close (or theirs) is queued: give the client time to answer, then go.
+            # Our close (or theirs) is queued: give the client time to answer, and the writer
+            # time to send the last frames (close-ok), then go. Only the writer writes: a
+            # second sender, or cancelling it mid-send, could lose the close-ok.
             with anyio.move_on_after(CLOSE_OK_TIMEOUT_S):
                 while not conn.closed:
                     data = await stream.receive(READ_SIZE)
                     await session.handle_events(conn.receive_data(data))
                     session.mark_dirty()
-            await _flush(session, stream)
+                session.mark_dirty()
+                await writer_done.wait()
             tg.cancel_scope.cancel()
     except Exception as error:  # ExceptionGroup included: one connection never stops the node
         if not _is_disconnect(error):
@@ -97,18 +101,25 @@ async def _flush(session: Session, stream: SocketStream) -> None:
         session.sent(len(data))
 
 
-async def _write_loop(session: Session, stream: SocketStream) -> None:
+async def _write_loop(session: Session, stream: SocketStream, done: anyio.Event) -> None:
+    """The connection's only writer: coalesced output, heartbeats, the final close frames."""
     conn = session.conn
-    while True:
-        interval = max(conn.heartbeat_s / 2, 0.5) if conn.heartbeat_s else 5.0
-        with anyio.move_on_after(interval):
-            await session.dirty.wait()
-        session.dirty = anyio.Event()
-        conn.tick(time.monotonic())
-        await _flush(session, stream)
-        if conn.timed_out is not None:
-            session.close_reason = f"missed heartbeats from client, timeout: {conn.heartbeat_s}s"
-            await stream.aclose()
-            return
-        if conn.closed:
-            return
+    try:
+        while True:
+            interval = max(conn.heartbeat_s / 2, 0.5) if conn.heartbeat_s else 5.0
+            with anyio.move_on_after(interval):
+                await session.dirty.wait()
+            session.dirty = anyio.Event()
+            conn.tick(time.monotonic())
+            await _flush(session, stream)
+            if conn.timed_out is not None:
+                session.close_reason = (
+                    f"missed heartbeats from client, timeout: {conn.heartbeat_s}s"
+                )
+                await stream.aclose()
+                return
+            if conn.closed:
+                await _flush(session, stream)  # anything queued while the last send ran
+                return
+    finally:
+        done.set()

@@ -58,8 +58,10 @@ def route_publish(
     properties_bytes = publish.properties_bytes
     flags = _FLAGS.unpack_from(properties_bytes)[0] if len(properties_bytes) >= 2 else 0
     headers = None
-    if flags & (HEADERS_FLAG | USER_ID_FLAG | DELIVERY_MODE_FLAG | REPLY_TO_FLAG):
+    delivery_mode = _delivery_mode(properties_bytes, flags) if flags & DELIVERY_MODE_FLAG else 0
+    if flags & (HEADERS_FLAG | USER_ID_FLAG | REPLY_TO_FLAG) or delivery_mode < 0:
         properties = publish.properties
+        delivery_mode = properties.delivery_mode or 0
         if properties.reply_to == REPLY_QUEUE:
             if not channel.reply_key:
                 raise PreconditionFailed("fast reply consumer does not exist", 60, 40)
@@ -78,6 +80,11 @@ def route_publish(
             properties_bytes = frame_writer.encode_properties(properties)
     if not publish.exchange and publish.routing_key.startswith(REPLY_PREFIX):
         return _direct_reply(session, publish, properties_bytes)
+    if not publish.exchange and headers is None:
+        # The default exchange without CC/BCC: the queue named by the key, or nowhere.
+        queue = vhost.queues.get(publish.routing_key)
+        queues = [] if queue is None else [queue]
+        return _record(channel, publish, properties_bytes, queues, delivery_mode, now_ms)
     try:
         result = vhost.router.route(publish.exchange, publish.routing_key, headers)
     except UnknownExchange:
@@ -85,12 +92,20 @@ def route_publish(
             f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
         ) from None
     queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]
+    return _record(channel, publish, properties_bytes, queues, delivery_mode, now_ms)
+
+
+def _record(
+    channel: ChannelState,
+    publish: Publish,
+    properties_bytes: bytes,
+    queues: list[QueueRuntime],
+    delivery_mode: int,
+    now_ms: int,
+) -> RouteOutcome:
     if not queues:
         return UNROUTED
     destinations = tuple((q.queue_id, _partition(channel, q)) for q in queues)
-    record_flags = (
-        PERSISTENT if flags & DELIVERY_MODE_FLAG and publish.properties.delivery_mode == 2 else 0
-    )
     record = Record(
         publish.exchange.encode(),
         publish.routing_key.encode(),
@@ -98,9 +113,26 @@ def route_publish(
         publish.body,
         destinations,
         now_ms,
-        record_flags,
+        PERSISTENT if delivery_mode == 2 else 0,
     )
     return RouteOutcome(record, queues, True)
+
+
+def _delivery_mode(properties: bytes, flags: int) -> int:
+    """delivery-mode without decoding: it follows content-type, content-encoding and headers,
+    which are skipped by their length prefixes. -1 if the bytes do not parse (the full
+    decoder then raises the proper error)."""
+    try:
+        pos = 2
+        if flags & 0x8000:  # content-type shortstr
+            pos += 1 + properties[pos]
+        if flags & 0x4000:  # content-encoding shortstr
+            pos += 1 + properties[pos]
+        if flags & HEADERS_FLAG:  # field table: u32 length
+            pos += 4 + int.from_bytes(properties[pos : pos + 4], "big")
+        return properties[pos]
+    except IndexError:
+        return -1
 
 
 def _direct_reply(session: Session, publish: Publish, properties_bytes: bytes) -> RouteOutcome:

@@ -170,7 +170,11 @@ class Session:
             if isinstance(event, ConnectionCloseSent):
                 self.close_reason = event.error.reply_text
             elif isinstance(event, ConnectionClosed) and not self.close_reason:
-                self.close_reason = "client closed" if event.by_client else f"{event.reply_text}"
+                self.close_reason = (
+                    f"client closed: {event.reply_code} {event.reply_text}".rstrip()
+                    if event.by_client
+                    else event.reply_text
+                )
             await self.release()
 
     async def fail(self, channel: ChannelState, error: AMQPError) -> None:
