@@ -95,10 +95,10 @@ async def _read_loop(session: Session, stream: SocketStream) -> None:
 
 
 async def _flush(session: Session, stream: SocketStream) -> None:
-    data = session.conn.data_to_send()
+    data = session.take_output()
     if data:
         await stream.send(data)
-        session.sent(len(data))
+    session.sent()
 
 
 async def _write_loop(session: Session, stream: SocketStream, done: anyio.Event) -> None:

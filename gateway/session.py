@@ -63,7 +63,8 @@ class Session:
         self.opened = False
         self.channels: dict[int, ChannelState] = {}
         self.writable = True
-        self.queued_bytes = 0
+        self.pending_bytes = 0  # queued in the connection, not yet taken by the writer
+        self.sending_bytes = 0  # taken by the writer, in a socket send right now
         self.dirty = anyio.Event()
         self.closing = False
         self.close_reason = ""
@@ -93,10 +94,17 @@ class Session:
         if alarms.blocked and self.published:
             await alarms.wait_released()
 
-    def sent(self, size: int) -> None:
-        """The writer handed ``size`` bytes to the socket; resume deliveries if drained."""
-        self.queued_bytes = max(0, self.queued_bytes - size)
-        if not self.writable and self.queued_bytes < LOW_WATER_BYTES:
+    def take_output(self) -> bytes:
+        """The writer takes everything queued; it counts as sending until sent() is called."""
+        data = self.conn.data_to_send()
+        self.pending_bytes = 0
+        self.sending_bytes = len(data)
+        return data
+
+    def sent(self) -> None:
+        """The writer's send finished; resume deliveries once the backlog is low again."""
+        self.sending_bytes = 0
+        if not self.writable and self.pending_bytes < LOW_WATER_BYTES:
             self.writable = True
             for channel in self.channels.values():
                 for queue in channel.queues_with_consumers():
@@ -123,8 +131,9 @@ class Session:
             bytes(message.properties),
             body,
         )
-        self.queued_bytes += len(body) + 128
-        if self.queued_bytes > HIGH_WATER_BYTES:
+        # An estimate of the frames' size; take_output() resets it to what was really queued.
+        self.pending_bytes += len(body) + 128
+        if self.pending_bytes + self.sending_bytes > HIGH_WATER_BYTES:
             self.writable = False
         self.mark_dirty()
 
