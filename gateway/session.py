@@ -120,7 +120,7 @@ class Session:
     ) -> None:
         channel = consumer.channel
         tag = channel.record_delivery(consumer, queue, partition, message)
-        body = bytes(message.body)
+        body = message.body
         self.conn.send_deliver(
             channel.number,
             consumer.tag,
@@ -128,7 +128,7 @@ class Session:
             redelivered,
             message.exchange,
             message.routing_key,
-            bytes(message.properties),
+            message.properties,
             body,
         )
         # An estimate of the frames' size; take_output() resets it to what was really queued.

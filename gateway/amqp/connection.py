@@ -417,8 +417,8 @@ class ServerConnection:
         redelivered: bool,
         exchange: str | bytes,
         routing_key: str | bytes,
-        properties_bytes: bytes,
-        body: bytes,
+        properties_bytes: frame_writer.Buffer,
+        body: frame_writer.Buffer,
     ) -> bool:
         """Queue basic.deliver with its content; False if the channel is gone."""
         if not self._can_send(channel):

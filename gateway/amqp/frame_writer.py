@@ -27,6 +27,9 @@ from gateway.amqp.frame_reader import (
     FRAME_OVERHEAD,
 )
 
+# Stored messages arrive as memoryview slices of one read: framing them must not copy.
+Buffer = bytes | memoryview
+
 FRAME_END_BYTES = b"\xce"
 BASIC_CLASS_ID = 60
 HEARTBEAT = struct.pack(">BHI", FRAME_HEARTBEAT, 0, 0) + FRAME_END_BYTES
@@ -77,7 +80,7 @@ def _method_frame(channel: int, method_id: bytes, args: bytes) -> bytes:
     )
 
 
-def content_header(channel: int, body_size: int, properties_bytes: bytes) -> bytes:
+def content_header(channel: int, body_size: int, properties_bytes: Buffer) -> bytes:
     """Class 60, weight 0, body size, then the raw property bytes."""
     head = _CONTENT_HEAD.pack(
         FRAME_HEADER,
@@ -90,7 +93,7 @@ def content_header(channel: int, body_size: int, properties_bytes: bytes) -> byt
     return b"".join((head, properties_bytes, FRAME_END_BYTES))
 
 
-def body_frames(channel: int, body: bytes, frame_max: int) -> list[bytes]:
+def body_frames(channel: int, body: Buffer, frame_max: int) -> list[bytes]:
     """Body split into frames of at most ``frame_max`` bytes; none for an empty body."""
     chunk = frame_max - FRAME_OVERHEAD
     if chunk <= 0:
@@ -111,12 +114,12 @@ def body_frames(channel: int, body: bytes, frame_max: int) -> list[bytes]:
 
 
 def _with_content(
-    channel: int, method_frame: bytes, properties_bytes: bytes, body: bytes, frame_max: int
+    channel: int, method_frame: bytes, properties_bytes: Buffer, body: Buffer, frame_max: int
 ) -> list[bytes]:
     header = content_header(channel, len(body), properties_bytes)
     if len(body) <= frame_max - FRAME_OVERHEAD:
         # The common small message: one contiguous write of all three frames.
-        parts = [method_frame, header]
+        parts: list[Buffer] = [method_frame, header]
         if body:
             parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(body)), body, FRAME_END_BYTES)
         return [b"".join(parts)]
@@ -130,8 +133,8 @@ def deliver(
     redelivered: bool,
     exchange: str | bytes,
     routing_key: str | bytes,
-    properties_bytes: bytes,
-    body: bytes,
+    properties_bytes: Buffer,
+    body: Buffer,
     frame_max: int,
 ) -> list[bytes]:
     """basic.deliver + content header + body frames."""
@@ -155,8 +158,8 @@ def get_ok(
     exchange: str | bytes,
     routing_key: str | bytes,
     message_count: int,
-    properties_bytes: bytes,
-    body: bytes,
+    properties_bytes: Buffer,
+    body: Buffer,
     frame_max: int,
 ) -> list[bytes]:
     """basic.get-ok + content header + body frames."""
@@ -179,8 +182,8 @@ def return_(
     reply_text: str,
     exchange: str | bytes,
     routing_key: str | bytes,
-    properties_bytes: bytes,
-    body: bytes,
+    properties_bytes: Buffer,
+    body: Buffer,
     frame_max: int,
 ) -> list[bytes]:
     """basic.return (unroutable mandatory message) + content header + body frames."""
