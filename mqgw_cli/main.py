@@ -56,6 +56,33 @@ def _bench_roundtrip(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_run(args: argparse.Namespace) -> int:
+    from bench.load.compare import run
+
+    run(args.scenarios, args.url, args.scale, args.procs)
+    return 0
+
+
+def _bench_compare(args: argparse.Namespace) -> int:
+    from bench.load.compare import compare
+
+    if not args.with_rabbitmq and not args.compare:
+        raise SystemExit("mqgw bench compare: give --compare URL_A URL_B or --with-rabbitmq")
+    compare(args.scenarios, args.compare, args.scale, args.rounds, args.procs)
+    return 0
+
+
+def _add_load_options(sub: argparse.ArgumentParser) -> None:
+    from bench.load.runner import default_procs
+    from bench.load.scenarios import SCENARIOS
+
+    sub.add_argument(
+        "scenarios", nargs="*", metavar="SCENARIO", help=f"default: all ({', '.join(SCENARIOS)})"
+    )
+    sub.add_argument("--scale", type=float, default=1.0, help="shrink message counts (0.1)")
+    sub.add_argument("--procs", type=int, default=default_procs(), help="worker processes per role")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgw", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
@@ -97,6 +124,21 @@ def build_parser() -> argparse.ArgumentParser:
     trip.add_argument("--size", type=int, default=1024)
     trip.add_argument("--rounds", type=int, default=3)
     trip.set_defaults(func=_bench_roundtrip)
+    load = bench_cmds.add_parser("run", help="raw-socket load scenarios against one server")
+    _add_load_options(load)
+    load.add_argument("--url", default=None, help="AMQP URL (default: start a gateway)")
+    load.set_defaults(func=_bench_run)
+    side = bench_cmds.add_parser("compare", help="scenarios against A and B alternately")
+    _add_load_options(side)
+    which = side.add_mutually_exclusive_group()
+    which.add_argument("--compare", nargs=2, metavar=("URL_A", "URL_B"), default=None)
+    which.add_argument(
+        "--with-rabbitmq",
+        action="store_true",
+        help="start the gateway (sync flush) as A and a private RabbitMQ as B",
+    )
+    side.add_argument("--rounds", type=int, default=3)
+    side.set_defaults(func=_bench_compare)
     return parser
 
 

@@ -1,0 +1,275 @@
+"""Servers a benchmark (or a test) starts for itself: the gateway and a private RabbitMQ node.
+
+Both listen on 127.0.0.1 only, on free ports, and are our direct children with
+PR_SET_PDEATHSIG: when the bench (or test) process dies, they die too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from bench.load.connection import RawConnection  # readiness probe: our own raw client
+
+T = TypeVar("T")
+
+RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+EPMD = "epmd"
+
+
+def die_with_parent() -> None:
+    """preexec_fn (or first call in a worker): SIGKILL us when our parent goes away."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def check_for(timeout_s: float, probe: Callable[[], T | None], interval_s: float = 0.02) -> T:
+    """Poll ``probe`` until it returns something truthy (nats-server's checkFor)."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+            if value:
+                return value
+        except Exception as error:
+            last_error = error
+        time.sleep(interval_s)
+    raise TimeoutError(f"condition not met within {timeout_s}s (last error: {last_error})")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+def tree_rss_mb(pid: int) -> float:
+    """VmRSS of ``pid`` and its descendants (beam.smp's helpers, say), in MB."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    total_kb, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo.extend(children.get(current, []))
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total_kb += int(line.split()[1])
+        except OSError:
+            continue
+    return round(total_kb / 1024, 1)
+
+
+_READY = re.compile(r"AMQP on [^ ]+:(\d+), admin on (?:off|[^ ]+:(\d+))")
+
+
+class GatewayServer:
+    """`mqgw serve` with sync flush (the default, pinned here) and a fresh data dir."""
+
+    flush_policy = "sync flush: group-commit fsync before each confirm"
+
+    def __init__(self, data_dir: Path, flush: str = "sync") -> None:
+        self.data_dir = data_dir
+        self.flush = flush
+        self.proc: subprocess.Popen[str] | None = None
+        self.amqp_port = 0
+        self.log_lines: list[str] = []
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout_s: float = 30) -> GatewayServer:
+        cmd = [
+            sys.executable, "-m", "mqgw_cli.main", "serve",
+            "--host", "127.0.0.1", "--amqp-port", "0", "--admin-port", "0",
+            "--data-dir", str(self.data_dir),
+        ]  # fmt: skip
+        env = {**os.environ, "MQGW_FLUSH": self.flush}
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (only prctl: safe)
+        )
+        threading.Thread(target=self._drain, daemon=True).start()
+        if not self._ready.wait(timeout_s) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError("gateway did not start:\n" + "".join(self.log_lines[-40:]))
+        return self
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log_lines.append(line)
+            del self.log_lines[:-200]  # keep a tail for errors, not the whole run
+            match = _READY.search(line)
+            if match and not self._ready.is_set():
+                self.amqp_port = int(match.group(1))
+                self._ready.set()
+
+    def stop(self, timeout_s: float = 20) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class RabbitMQProcess:
+    """A RabbitMQ node and its epmd, both children of this process; ``url`` once started.
+
+    The node runs from ``base_dir`` on free loopback ports with its own epmd on a private
+    port, so it never touches a system RabbitMQ. If it cannot start, ``start`` raises.
+    """
+
+    flush_policy = "persistent messages in durable classic queues: confirms after fsync"
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.node_name = f"mqgw-diff-{uuid.uuid4().hex[:8]}@localhost"
+        self.amqp_port = 0
+        self.epmd: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
+
+    @property
+    def pid(self) -> int:
+        """beam.smp itself (the start script execs it; see ``_env``)."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / "stdout.log"
+
+    def _env(self, epmd_port: int, dist_port: int) -> dict[str, str]:
+        config = self.base_dir / "rabbitmq.conf"
+        config.write_text(f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n")
+        plugins = self.base_dir / "enabled_plugins"
+        plugins.write_text("[].\n")
+        return {
+            **os.environ,
+            "HOME": str(self.base_dir),
+            "RABBITMQ_NODENAME": self.node_name,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.amqp_port),
+            "RABBITMQ_DIST_PORT": str(dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.base_dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.base_dir / "log"),
+            "RABBITMQ_CONFIG_FILE": str(config),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(plugins),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(epmd_port),
+            # ALLOW_INPUT makes the script exec the VM instead of forking it, so beam.smp is
+            # our direct child and keeps the parent-death signal; -noinput keeps it headless.
+            # Our own epmd (below) is a child too, unlike the daemon erl would spawn.
+            "RABBITMQ_ALLOW_INPUT": "true",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-noinput -start_epmd false",
+        }
+
+    def start(self, timeout_s: float = 60) -> RabbitMQProcess:
+        if not RABBITMQ_SERVER.exists() or shutil.which(EPMD) is None:
+            raise RuntimeError(
+                f"{RABBITMQ_SERVER} or epmd is missing: run scripts/setup-dev (rabbitmq-server)"
+            )
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.amqp_port = free_port()
+        epmd_port, dist_port = free_port(), free_port()
+        env = self._env(epmd_port, dist_port)
+        self.epmd = subprocess.Popen(
+            [EPMD, "-port", str(epmd_port), "-address", "127.0.0.1"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (only prctl: safe)
+        )
+        check_for(10, lambda: _port_open(epmd_port))
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [str(RABBITMQ_SERVER)],
+                cwd=self.base_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 (only prctl: safe)
+            )
+        try:
+            check_for(timeout_s, self._ready, interval_s=0.2)
+        except TimeoutError as error:
+            self.stop()
+            raise RuntimeError(f"rabbitmq-server did not start:\n{self.log_tail()}") from error
+        return self
+
+    def _ready(self) -> bool:
+        """An AMQP handshake succeeds (the port opens before the broker is ready)."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"rabbitmq-server exited with {self.proc.returncode}")
+        RawConnection(self.url, timeout_s=1).close()
+        return True
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """SIGTERM (the VM shuts RabbitMQ down cleanly), then stop our epmd; nothing is left."""
+        for proc in (self.proc, self.epmd):
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
