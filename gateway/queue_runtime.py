@@ -94,6 +94,11 @@ class QueueRuntime:
     def has_buffered(self) -> bool:
         return bool(self.requeued or self.buffer)
 
+    @property
+    def may_deliver(self) -> bool:
+        """Messages buffered or still in the store: worth a turn when credit comes back."""
+        return bool(self.requeued or self.buffer) or not self.exhausted
+
     def take(self) -> tuple[int, StoredMessage, bool] | None:
         """Next message to hand out: (partition, message, redelivered)."""
         if self.requeued:
@@ -111,15 +116,18 @@ class QueueRuntime:
         if len(self.buffer) >= LOW_WATER:
             return
         fetched: list[list[tuple[int, StoredMessage]]] = []
+        more = False
         for p in range(self.partitions):
             result = await self.store.read(self.queue_id, p, self.cursors[p], FETCH_BATCH)
             self.cursors[p] = result.next_offset
+            more = more or result.next_offset < result.max_offset
             if result.messages:
                 fetched.append([(p, m) for m in result.messages])
+        # Reached the end of every partition: nothing to fetch until a publish wakes us
+        # (saves an empty turn per message when thousands of queues each get a trickle).
+        self.exhausted = not more
         if not fetched:
-            self.exhausted = True
             return
-        self.exhausted = False
         if len(fetched) == 1:
             self.buffer.extend(fetched[0])
         else:

@@ -340,7 +340,8 @@ class Session:
         if channel.prefetch_global:
             woken.update(channel.queues_with_consumers())
         for queue in woken:
-            self.node.scheduler.wake(queue)
+            if queue.may_deliver:  # an idle queue is woken by its next publish instead
+                self.node.scheduler.wake(queue)
 
     def cancel_consumer(self, consumer: Consumer) -> None:
         channel = consumer.channel

@@ -7,8 +7,13 @@ without root or a real full disk.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from pathlib import Path
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_SYNCFS = getattr(_libc, "syncfs", None)  # Linux: flush one filesystem in one call
 
 
 class FileSystem:
@@ -45,6 +50,23 @@ class FileSystem:
             os.close(fd)
         tmp.replace(path)
         self.fsync_dir(path.parent)
+
+    def sync_filesystem(self, path: Path) -> bool:
+        """Flush every dirty page of the filesystem holding ``path`` (Linux syncfs).
+
+        One call instead of one fsync per file: a checkpoint of 10,000 queue files costs a
+        syscall, not 10,000. Returns False where syncfs is missing (callers fsync per file).
+        """
+        if _SYNCFS is None:
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if _SYNCFS(fd) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, os.strerror(errno))
+        finally:
+            os.close(fd)
+        return True
 
     def fsync_dir(self, directory: Path) -> None:
         fd = os.open(directory, os.O_RDONLY)

@@ -61,6 +61,7 @@ log = logging.getLogger("mqgw.storage")
 Clock = Callable[[], int]  # milliseconds since the epoch
 
 _READ_GAP_BYTES = 64 << 10  # records this close together are fetched with one pread
+_SYNCFS_ABOVE_FILES = 64  # more dirty index files than this: one syncfs instead of fsyncs
 
 
 def read_layout(data_dir: Path) -> dict[str, int] | None:
@@ -83,9 +84,12 @@ class FlushTicket:
     10,000 queues needs one extra descriptor, not 10,000.
     """
 
-    def __init__(self, fds: list[int], offset: int, paths: list[Path] | None = None) -> None:
+    def __init__(
+        self, fds: list[int], offset: int, paths: list[Path] | None = None, root: Path | None = None
+    ) -> None:
         self.fds = fds
         self.paths = paths or []
+        self.root = root  # the store directory: syncfs target when many files are dirty
         self.offset = offset
 
     def sync(self, fs: FileSystem) -> int:
@@ -96,6 +100,12 @@ class FlushTicket:
         finally:
             for fd in self.fds:
                 os.close(fd)
+        if (
+            len(self.paths) > _SYNCFS_ABOVE_FILES
+            and self.root is not None
+            and fs.sync_filesystem(self.root)
+        ):
+            return self.offset
         for path in self.paths:
             try:
                 fd = os.open(path, os.O_RDONLY)
@@ -314,7 +324,7 @@ class LogStore:
     def begin_checkpoint(self) -> FlushTicket:
         """Consume-queue files to fsync before a checkpoint at the returned offset."""
         paths = [s.path for cq in self.cqs.values() for s in cq.take_dirty()]
-        return FlushTicket([], self.commit_log.write_offset, paths)
+        return FlushTicket([], self.commit_log.write_offset, paths, self.config.data_dir)
 
     def checkpoint(self, ticket: FlushTicket | None = None) -> None:
         """Record where recovery may start; the commitlog must be durable up to there."""
