@@ -6,41 +6,20 @@ servers started for tests stop by themselves.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
+
+from bench.servers import check_for, die_with_parent
+
+__all__ = ["REPO", "GatewayProcess", "check_for", "die_with_parent"]
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
-
-
-def die_with_parent() -> None:
-    """preexec_fn: the child gets SIGKILL when the test process goes away."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def check_for(timeout_s: float, probe: Callable[[], T | None], interval_s: float = 0.02) -> T:
-    """Poll ``probe`` until it returns something truthy (nats-server's checkFor)."""
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = probe()
-            if value:
-                return value
-        except Exception as error:
-            last_error = error
-        time.sleep(interval_s)
-    raise TimeoutError(f"condition not met within {timeout_s}s (last error: {last_error})")
 
 
 _READY = re.compile(r"AMQP on [^ ]+:(\d+), admin on (?:off|[^ ]+:(\d+))")
