@@ -32,26 +32,27 @@ def _count(url: str, queue: str) -> int:
         conn.close()
 
 
-def _flood(port: int) -> None:
+def _flood(port: int, queue: str, count: int, size: int) -> tuple[socket.socket, bytearray]:
+    """Declare ``queue`` and pipeline ``count`` publishes into it over a raw connection."""
     sock, buffer = handshake(port)
-    sock.sendall(frame.marshal(commands.Queue.Declare(queue="flood"), 1))
+    sock.sendall(frame.marshal(commands.Queue.Declare(queue=queue), 1))
     read_frames(sock, buffer)
     message = b"".join(
         (
-            frame.marshal(commands.Basic.Publish(exchange="", routing_key="flood"), 1),
-            frame.marshal(header.ContentHeader(0, SIZE, commands.Basic.Properties()), 1),
-            frame.marshal(body.ContentBody(b"x" * SIZE), 1),
+            frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1),
+            frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties()), 1),
+            frame.marshal(body.ContentBody(b"x" * size), 1),
         )
     )
     chunk = message * 1000
-    for _ in range(MESSAGES // 1000):
+    for _ in range(count // 1000):
         sock.sendall(chunk)
-    sock.close()
+    return sock, buffer
 
 
 def test_a_stalled_consumer_costs_bounded_memory(gateway: GatewayProcess) -> None:
     assert gateway.proc is not None
-    _flood(gateway.amqp_port)
+    _flood(gateway.amqp_port, "flood", MESSAGES, SIZE)[0].close()
     check_for(60, lambda: _count(gateway.url, "flood") == MESSAGES, interval_s=0.2)
     rss_before = _rss_mb(gateway.proc.pid)
 
@@ -91,18 +92,7 @@ def test_a_fast_consumer_receives_a_long_backlog_without_stalling(gateway: Gatew
     """Back-pressure accounting must return to zero: an estimate that drifted by a few bytes
     per message once stopped deliveries for good after ~70k small messages."""
     count, size = 150_000, 100
-    sock, buffer = handshake(gateway.amqp_port)
-    sock.sendall(frame.marshal(commands.Queue.Declare(queue="long"), 1))
-    read_frames(sock, buffer)
-    message = b"".join(
-        (
-            frame.marshal(commands.Basic.Publish(exchange="", routing_key="long"), 1),
-            frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties()), 1),
-            frame.marshal(body.ContentBody(b"y" * size), 1),
-        )
-    )
-    for _ in range(count // 1000):
-        sock.sendall(message * 1000)
+    sock, buffer = _flood(gateway.amqp_port, "long", count, size)
     check_for(60, lambda: _count(gateway.url, "long") == count, interval_s=0.2)
     sock.sendall(frame.marshal(commands.Basic.Consume(queue="long", no_ack=True), 1))
     sock.settimeout(10)
