@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -93,15 +93,30 @@ _READY = re.compile(r"AMQP on [^ ]+:(\d+), admin on (?:off|[^ ]+:(\d+))")
 
 
 class GatewayServer:
-    """`mqgw serve` with sync flush (the default, pinned here) and a fresh data dir."""
+    """`mqgw serve` in a subprocess on free loopback ports; ``url`` once started.
+
+    The benchmark pins sync flush (the fair match for RabbitMQ's confirms); tests pass extra
+    command-line ``args`` and ``env`` and may stop and start it again on the same data dir.
+    """
 
     flush_policy = "sync flush: group-commit fsync before each confirm"
+    _LOG_TAIL_LINES = 5000  # enough for any test's assertions, bounded for long benchmarks
 
-    def __init__(self, data_dir: Path, flush: str = "sync") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        flush: str | None = None,
+    ) -> None:
         self.data_dir = data_dir
-        self.flush = flush
+        self.args = list(args)
+        self.env = dict(env or {})
+        if flush is not None:
+            self.env["MQGW_FLUSH"] = flush
         self.proc: subprocess.Popen[str] | None = None
         self.amqp_port = 0
+        self.admin_port = 0
         self.log_lines: list[str] = []
         self._ready = threading.Event()
 
@@ -115,15 +130,16 @@ class GatewayServer:
         return self.proc.pid
 
     def start(self, timeout_s: float = 30) -> GatewayServer:
+        self._ready.clear()
+        self.log_lines = []
         cmd = [
             sys.executable, "-m", "mqgw_cli.main", "serve",
             "--host", "127.0.0.1", "--amqp-port", "0", "--admin-port", "0",
-            "--data-dir", str(self.data_dir),
+            "--data-dir", str(self.data_dir), *self.args,
         ]  # fmt: skip
-        env = {**os.environ, "MQGW_FLUSH": self.flush}
         self.proc = subprocess.Popen(
             cmd,
-            env=env,
+            env={**os.environ, **self.env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -132,7 +148,7 @@ class GatewayServer:
         )
         threading.Thread(target=self._drain, daemon=True).start()
         if not self._ready.wait(timeout_s) or self.proc.poll() is not None:
-            self.stop()
+            self.kill()
             raise RuntimeError("gateway did not start:\n" + "".join(self.log_lines[-40:]))
         return self
 
@@ -140,21 +156,33 @@ class GatewayServer:
         assert self.proc is not None and self.proc.stderr is not None
         for line in self.proc.stderr:
             self.log_lines.append(line)
-            del self.log_lines[:-200]  # keep a tail for errors, not the whole run
+            if len(self.log_lines) > self._LOG_TAIL_LINES:
+                del self.log_lines[: -self._LOG_TAIL_LINES]
             match = _READY.search(line)
             if match and not self._ready.is_set():
                 self.amqp_port = int(match.group(1))
+                self.admin_port = int(match.group(2) or 0)
                 self._ready.set()
 
-    def stop(self, timeout_s: float = 20) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> int:
+        """Send ``sig`` and wait; returns the exit code (killed if it does not exit)."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def log(self) -> str:
+        return "".join(self.log_lines)
 
 
 class RabbitMQProcess:

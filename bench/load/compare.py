@@ -45,7 +45,7 @@ def _one(scenario: Scenario, target: Target, scale: float, procs: int) -> dict[s
 
 @contextlib.contextmanager
 def gateway_target(root: Path) -> Iterator[Target]:
-    server = GatewayServer(root / "gateway-data").start()
+    server = GatewayServer(root / "gateway-data", flush="sync").start()
     try:
         yield Target(server.url, "mqgw", f"mqgw: {server.flush_policy}", server.pid)
     finally:
