@@ -54,6 +54,11 @@ class PushScheduler:
         self._ready.append(queue)
         self._wakeup.set()
 
+    def wake_new_messages(self, queue: QueueRuntime) -> None:
+        """Messages were appended to ``queue``: its next fetch is worth doing."""
+        queue.exhausted = False
+        self.wake(queue)
+
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             for _ in range(self.tasks):

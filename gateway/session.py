@@ -273,8 +273,7 @@ class Session:
                     "connection %s: %d message(s) not stored: %s", self.id, len(records), error
                 )
             for queue in woken:
-                queue.exhausted = False
-                self.node.scheduler.wake(queue)
+                self.node.scheduler.wake_new_messages(queue)
         if confirms:
             await self._confirm_send.send((confirms, end_offset, ok))
 
@@ -283,8 +282,7 @@ class Session:
         by_id = self.vhost.queues_by_id
         woken = {by_id[q] for r in records for q, _ in r.destinations if q in by_id}
         for queue in woken:
-            queue.exhausted = False
-            self.node.scheduler.wake(queue)
+            self.node.scheduler.wake_new_messages(queue)
 
     def _send_return(self, channel: ChannelState, publish: Publish) -> None:
         frames = frame_writer.return_(

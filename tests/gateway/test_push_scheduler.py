@@ -224,8 +224,7 @@ def test_ten_thousand_queues_cost_no_tasks(tmp_path: Path, queues: int) -> None:
                     wait_durable=False,
                 )
                 for queue in runtimes:
-                    queue.exhausted = False
-                    scheduler.wake(queue)
+                    scheduler.wake_new_messages(queue)
                 with anyio.fail_after(60):
                     while len(session.deliveries) < queues:
                         await anyio.sleep(0.01)
