@@ -320,9 +320,7 @@ async def basic_reject(session: Session, channel: ChannelState, m: commands.Basi
 async def basic_recover(session: Session, channel: ChannelState, m: commands.Basic.Recover) -> None:
     if not m.requeue:
         raise AMQPNotImplemented("requeue=false", 60, 110)
-    deliveries = list(channel.unacked.values())
-    channel.unacked.clear()
-    session.settle(channel, deliveries, requeue=True)
+    session.requeue_unacked(channel)
     _send(session, channel, commands.Basic.RecoverOk())
 
 
@@ -331,9 +329,7 @@ async def basic_recover_async(
 ) -> None:
     if not m.requeue:
         raise AMQPNotImplemented("requeue=false", 60, 100)
-    deliveries = list(channel.unacked.values())
-    channel.unacked.clear()
-    session.settle(channel, deliveries, requeue=True)
+    session.requeue_unacked(channel)
 
 
 # -- channel flow, confirm, tx ---------------------------------------------------------------

@@ -341,6 +341,12 @@ class Session:
             if queue.may_deliver:  # an idle queue is woken by its next publish instead
                 self.node.scheduler.wake(queue)
 
+    def requeue_unacked(self, channel: ChannelState) -> None:
+        """Every delivery the channel holds goes back, redelivered (recover, channel close)."""
+        deliveries = list(channel.unacked.values())
+        channel.unacked.clear()
+        self.settle(channel, deliveries, requeue=True)
+
     def cancel_consumer(self, consumer: Consumer) -> None:
         channel = consumer.channel
         channel.consumers.pop(consumer.tag, None)
@@ -357,9 +363,7 @@ class Session:
         for consumer in list(channel.consumers.values()):
             self.cancel_consumer(consumer)
             await self.maybe_auto_delete(consumer.queue)
-        deliveries = list(channel.unacked.values())
-        channel.unacked.clear()
-        self.settle(channel, deliveries, requeue=True)
+        self.requeue_unacked(channel)
 
     async def maybe_auto_delete(self, queue: QueueRuntime) -> None:
         if queue.definition.auto_delete and not queue.consumers and not queue.deleted:
