@@ -38,7 +38,6 @@ class PushScheduler:
         self._timers: list[tuple[float, int, QueueRuntime]] = []
         self._timer_changed = anyio.Event()
         self._sequence = itertools.count()
-        self.turns = 0
 
     @property
     def ready_count(self) -> int:
@@ -91,7 +90,6 @@ class PushScheduler:
         return True
 
     async def _serve(self, queue: QueueRuntime) -> bool:
-        self.turns += 1
         queue.rewake = False
         if not queue.consumers or queue.paused:
             return False

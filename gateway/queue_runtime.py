@@ -97,7 +97,7 @@ class QueueRuntime:
     @property
     def may_deliver(self) -> bool:
         """Messages buffered or still in the store: worth a turn when credit comes back."""
-        return bool(self.requeued or self.buffer) or not self.exhausted
+        return self.has_buffered() or not self.exhausted
 
     def take(self) -> tuple[int, StoredMessage, bool] | None:
         """Next message to hand out: (partition, message, redelivered)."""
@@ -185,9 +185,6 @@ class QueueRuntime:
             for s in stats.partitions
         )
         return unfetched + len(self.buffer) + len(self.requeued)
-
-    def unacked_count(self) -> int:
-        return sum(len(s) for s in self.inflight)
 
     async def purge(self) -> int:
         count = await self.message_count()
