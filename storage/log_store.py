@@ -351,8 +351,7 @@ class LogStore:
         """Messages from ``offset``; see ReadStatus for offsets outside [min, max]."""
         self._check_open()
         cq = self._cq(queue_id, partition)
-        low = max(cq.min_offset, self.registry.queues[queue_id].floors[partition])
-        high = cq.max_offset
+        low, high = self.partition_range(queue_id, partition)
         status = ReadStatus.FOUND
         if offset < low:
             offset, status = low, ReadStatus.MOVED
@@ -467,12 +466,11 @@ class LogStore:
 
     def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
         """The committed offset, never below the partition's minimum."""
-        cq = self._cq(queue_id, partition)
-        floor = self.registry.queues[queue_id].floors[partition]
-        committed = self.offsets.offsets.get((group, queue_id, partition), 0)
-        return max(committed, cq.min_offset, floor)
+        low, _ = self.partition_range(queue_id, partition)
+        return max(self.offsets.offsets.get((group, queue_id, partition), 0), low)
 
     def partition_range(self, queue_id: int, partition: int) -> tuple[int, int]:
+        """(first readable offset after retention and purge, next offset to be written)."""
         cq = self._cq(queue_id, partition)
         floor = self.registry.queues[queue_id].floors[partition]
         return max(cq.min_offset, floor), cq.max_offset
