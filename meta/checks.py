@@ -34,6 +34,10 @@ QUEUE_TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
         "x-queue-type",
         "x-queue-master-locator",
         "x-queue-leader-locator",
+        # mqgw's own queue arguments (not RabbitMQ's): changing them needs a new queue.
+        "x-consume-mode",
+        "x-redelivery",
+        "x-max-redeliveries",
     ),
     "quorum": (
         "x-dead-letter-exchange",

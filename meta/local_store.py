@@ -34,6 +34,7 @@ from meta.models import (
     Deletions,
     ExchangeDef,
     Permission,
+    Policy,
     QueueDef,
     User,
     VHost,
@@ -91,6 +92,7 @@ class LocalMetadataStore:
         self._path = self._dir / FILE_NAME
         self._users: dict[str, User] = {}
         self._permissions: dict[tuple[str, str], Permission] = {}
+        self._policies: dict[tuple[str, str], Policy] = {}
         self._next_queue_id = 1
         self._queue_id_reserved_until = 1  # ids below this may have been handed out
         self._state = MetadataState(
@@ -146,6 +148,7 @@ class LocalMetadataStore:
             "vhosts": [_dump(s.vhost) for s in self._state.vhosts.values()],
             "users": [_dump(u) for u in self._users.values()],
             "permissions": [_dump(p) for p in self._permissions.values()],
+            "policies": [_dump(p) for p in self._policies.values()],
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
@@ -164,6 +167,9 @@ class LocalMetadataStore:
         for data in document["users"]:
             user = _load(User, data)
             self._users[user.name] = user
+        for data in document.get("policies", []):
+            policy = _load(Policy, data)
+            self._policies[(policy.vhost, policy.name)] = policy
         for data in document["permissions"]:
             permission = _load(Permission, data)
             self._permissions[(permission.user, permission.vhost)] = permission
@@ -206,6 +212,8 @@ class LocalMetadataStore:
         deletions = self._state.delete_vhost(name)
         for key in [k for k in self._permissions if k[1] == name]:
             del self._permissions[key]
+        for key in [k for k in self._policies if k[0] == name]:
+            del self._policies[key]
         await self._commit_if(bool(deletions))
         return deletions
 
@@ -250,6 +258,23 @@ class LocalMetadataStore:
 
     async def list_permissions(self, vhost: str | None = None) -> list[Permission]:
         return [p for p in self._permissions.values() if vhost is None or p.vhost == vhost]
+
+    # --- policies ---
+
+    async def put_policy(self, policy: Policy) -> None:
+        if policy.vhost not in self._state.vhosts:
+            raise vhost_not_found(policy.vhost)
+        self._policies[(policy.vhost, policy.name)] = policy
+        await self._commit()
+
+    async def delete_policy(self, vhost: str, name: str) -> bool:
+        if self._policies.pop((vhost, name), None) is None:
+            return False
+        await self._commit()
+        return True
+
+    async def list_policies(self, vhost: str | None = None) -> list[Policy]:
+        return [p for p in self._policies.values() if vhost is None or p.vhost == vhost]
 
     # --- exchanges ---
 

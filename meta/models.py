@@ -7,6 +7,7 @@ can name it as RabbitMQ does. Missing entries are inferred (see amqp_values.infe
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,6 +64,27 @@ class Permission(_Model):
     configure: str = ".*"
     write: str = ".*"
     read: str = ".*"
+
+
+class Policy(_Model):
+    """A RabbitMQ policy: ``definition`` applies to the matching queues (and/or exchanges).
+
+    The highest ``priority`` among the policies whose ``pattern`` (a regex searched in the
+    name) matches is the one in force; keys are RabbitMQ's ("message-ttl", "max-length",
+    "dead-letter-exchange", ...) plus mqgw's ("redelivery", "max-redeliveries").
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    vhost: str
+    name: str
+    pattern: str
+    definition: dict[str, Any]
+    priority: int = 0
+    apply_to: Literal["queues", "exchanges", "all"] = Field("all", alias="apply-to")
+
+    def applies_to_queue(self, name: str) -> bool:
+        return self.apply_to in ("queues", "all") and re.search(self.pattern, name) is not None
 
 
 class _WithArguments(_Model):

@@ -31,6 +31,7 @@ from meta.models import (
     QueueDef,
     VHost,
 )
+from meta.queue_arguments import check_queue_arguments
 
 BindingIdentity = tuple[str, str, str, str, Any]
 Endpoint = tuple[str, str]  # (destination_type, name)
@@ -219,6 +220,7 @@ class MetadataState:
         checks.check_exchange_name_arg(
             requested.arguments, requested.argument_types, "x-dead-letter-exchange", resource
         )
+        check_queue_arguments(requested)  # on creation only, as rabbit_amqqueue:declare does
         created = requested.model_copy(update={"queue_id": self._allocate_queue_id()})
         state.queues[created.name] = created
         return created, True

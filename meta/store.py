@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from meta.models import BindingDef, Deletions, ExchangeDef, Permission, QueueDef, User, VHost
+from meta.models import (
+    BindingDef,
+    Deletions,
+    ExchangeDef,
+    Permission,
+    Policy,
+    QueueDef,
+    User,
+    VHost,
+)
 
 
 class MetadataStore(Protocol):
@@ -22,6 +31,11 @@ class MetadataStore(Protocol):
         """Create (idempotent) with the predeclared exchanges."""
 
     async def delete_vhost(self, name: str) -> Deletions: ...
+
+    # --- policies ---
+    async def put_policy(self, policy: Policy) -> None: ...
+    async def delete_policy(self, vhost: str, name: str) -> bool: ...
+    async def list_policies(self, vhost: str | None = None) -> list[Policy]: ...
 
     # --- users and permissions ---
     async def list_users(self) -> list[User]: ...

@@ -1,0 +1,127 @@
+"""Validation of queue.declare arguments (rabbit_amqqueue:declare_args/0), in RabbitMQ's order
+and with its error terms, plus mqgw's own queue arguments.
+
+The first failing argument closes the channel with 406 and
+"invalid arg '<key>' for queue '<name>' in vhost '<vhost>': <term>".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from meta.amqp_values import type_class
+from meta.errors import PreconditionFailed, resource_name
+from meta.models import QueueDef
+
+MAX_EXPIRY_TIMER = 4294967295  # RabbitMQ's ?MAX_EXPIRY_TIMER (ms)
+OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
+REDELIVERY_VALUES = ("immediate", "backoff")
+CONSUME_MODES = ("cluster", "broadcast")
+# Features that work on the queue's own position, which a broadcast queue never advances.
+NOT_WITH_BROADCAST = (
+    "x-message-ttl",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-dead-letter-exchange",
+    "x-expires",
+)
+
+
+class _Invalid(Exception):
+    def __init__(self, term: str) -> None:
+        super().__init__(term)
+        self.term = term
+
+
+def _int(amqp_type: str, value: Any) -> int:
+    if type_class(amqp_type) != "int":
+        raise _Invalid(f'"expected integer, got {amqp_type}"')
+    return int(value)
+
+
+def _non_negative(amqp_type: str, value: Any, _q: QueueDef) -> None:
+    number = _int(amqp_type, value)
+    if number < 0:
+        raise _Invalid(f"{{value_negative,{number}}}")
+
+
+def _positive(amqp_type: str, value: Any, _q: QueueDef) -> None:
+    number = _int(amqp_type, value)
+    if number == 0:
+        raise _Invalid("{value_zero,0}")
+    if number < 0:
+        raise _Invalid(f"{{value_negative,{number}}}")
+
+
+def _expiry(amqp_type: str, value: Any, queue: QueueDef, zero_ok: bool) -> None:
+    number = _int(amqp_type, value)
+    if number == 0 and not zero_ok:
+        raise _Invalid("{value_zero,0}")
+    if number < 0:
+        raise _Invalid(f"{{value_negative,{number}}}")
+    if number > MAX_EXPIRY_TIMER:
+        raise _Invalid(f"{{value_too_large,{number},{MAX_EXPIRY_TIMER}}}")
+
+
+def _expires(amqp_type: str, value: Any, queue: QueueDef) -> None:
+    _expiry(amqp_type, value, queue, zero_ok=False)
+
+
+def _message_ttl(amqp_type: str, value: Any, queue: QueueDef) -> None:
+    _expiry(amqp_type, value, queue, zero_ok=True)
+
+
+def _dlrk(amqp_type: str, _value: Any, queue: QueueDef) -> None:
+    if "x-dead-letter-exchange" not in queue.arguments:
+        raise _Invalid("routing_key_but_no_dlx_defined")
+    if amqp_type != "longstr":
+        raise _Invalid(f"{{unacceptable_type,{amqp_type}}}")
+
+
+def _one_of(values: tuple[str, ...], term: str) -> Callable[[str, Any, QueueDef], None]:
+    def check(amqp_type: str, value: Any, _q: QueueDef) -> None:
+        if amqp_type != "longstr":
+            raise _Invalid(f"{{unacceptable_type,{amqp_type}}}")
+        if value not in values:
+            raise _Invalid(term)
+
+    return check
+
+
+# In rabbit_amqqueue:declare_args/0 order (the first failure is the one reported);
+# mqgw's own arguments follow.
+_CHECKS: tuple[tuple[str, Callable[[str, Any, QueueDef], None]], ...] = (
+    ("x-expires", _expires),
+    ("x-message-ttl", _message_ttl),
+    ("x-dead-letter-routing-key", _dlrk),
+    ("x-max-length", _non_negative),
+    ("x-max-length-bytes", _non_negative),
+    ("x-overflow", _one_of(OVERFLOW_VALUES, "invalid_overflow")),
+    ("x-delivery-limit", _non_negative),
+    ("x-consumer-timeout", _positive),
+    ("x-redelivery", _one_of(REDELIVERY_VALUES, "invalid_redelivery")),
+    ("x-max-redeliveries", _positive),
+    ("x-consume-mode", _one_of(CONSUME_MODES, "invalid_consume_mode")),
+)
+
+
+def check_queue_arguments(queue: QueueDef) -> None:
+    if queue.arguments.get("x-consume-mode") == "broadcast":
+        for key in NOT_WITH_BROADCAST:
+            if key in queue.arguments:
+                resource = resource_name("queue", queue.name, queue.vhost)
+                raise PreconditionFailed(
+                    f"invalid arg '{key}' for {resource}: not supported with "
+                    "x-consume-mode broadcast (each consumer has its own position)"
+                )
+    for key, check in _CHECKS:
+        if key not in queue.arguments:
+            continue
+        try:
+            check(queue.argument_type(key), queue.arguments[key], queue)
+        except _Invalid as invalid:
+            resource = resource_name("queue", queue.name, queue.vhost)
+            raise PreconditionFailed(
+                f"invalid arg '{key}' for {resource}: {invalid.term}"
+            ) from None
