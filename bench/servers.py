@@ -194,12 +194,14 @@ class RabbitMQProcess:
 
     flush_policy = "persistent messages in durable classic queues: confirms after fsync"
 
-    def __init__(self, base_dir: Path) -> None:
+    def __init__(self, base_dir: Path, advanced_config: str = "[].") -> None:
         self.base_dir = base_dir
+        self.advanced_config = advanced_config  # Erlang terms, e.g. [{rabbit, [...]}].
         self.node_name = f"mqgw-diff-{uuid.uuid4().hex[:8]}@localhost"
         self.amqp_port = 0
         self.epmd: subprocess.Popen[bytes] | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self._ctl_env: dict[str, str] = {}
 
     @property
     def url(self) -> str:
@@ -220,6 +222,8 @@ class RabbitMQProcess:
         config.write_text(f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n")
         plugins = self.base_dir / "enabled_plugins"
         plugins.write_text("[].\n")
+        advanced = self.base_dir / "advanced.config"
+        advanced.write_text(self.advanced_config + "\n")
         return {
             **os.environ,
             "HOME": str(self.base_dir),
@@ -230,6 +234,7 @@ class RabbitMQProcess:
             "RABBITMQ_MNESIA_BASE": str(self.base_dir / "mnesia"),
             "RABBITMQ_LOG_BASE": str(self.base_dir / "log"),
             "RABBITMQ_CONFIG_FILE": str(config),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(advanced),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(plugins),
             "ERL_EPMD_ADDRESS": "127.0.0.1",
             "ERL_EPMD_PORT": str(epmd_port),
@@ -249,6 +254,7 @@ class RabbitMQProcess:
         self.amqp_port = free_port()
         epmd_port, dist_port = free_port(), free_port()
         env = self._env(epmd_port, dist_port)
+        self._ctl_env = env
         self.epmd = subprocess.Popen(
             [EPMD, "-port", str(epmd_port), "-address", "127.0.0.1"],
             env=env,
@@ -274,6 +280,20 @@ class RabbitMQProcess:
             self.stop()
             raise RuntimeError(f"rabbitmq-server did not start:\n{self.log_tail()}") from error
         return self
+
+    def ctl(self, *args: str) -> str:
+        """Run rabbitmqctl against this node (e.g. set_policy); its output, or it raises."""
+        result = subprocess.run(
+            [str(RABBITMQ_SERVER.with_name("rabbitmqctl")), "-n", self.node_name, *args],
+            env=self._ctl_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {result.stderr or result.stdout}")
+        return result.stdout
 
     def _ready(self) -> bool:
         """An AMQP handshake succeeds (the port opens before the broker is ready)."""

@@ -6,6 +6,7 @@ per channel and increase by one per delivery, as the spec requires.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -47,6 +48,7 @@ class Delivery:
     partition: int
     message: StoredMessage
     consumer: Consumer | None  # None for basic.get
+    at: float = 0.0  # time.monotonic() of the delivery (consumer timeout)
 
 
 @dataclass(slots=True)
@@ -101,7 +103,7 @@ class ChannelState:
         if consumer.no_ack:
             queue.settle(partition, message)
         else:
-            self.unacked[tag] = Delivery(queue, partition, message, consumer)
+            self.unacked[tag] = Delivery(queue, partition, message, consumer, time.monotonic())
             consumer.unacked += 1
         return tag
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -145,8 +146,9 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
         partitions=session.node.settings.queue_partitions,
     )
     queue = await vhost.declare_queue(definition, m.passive, session.id)
+    queue.last_used = time.monotonic()  # a declare, passive too, renews x-expires
     channel.last_queue = queue.name
-    count = await queue.message_count()
+    count = await session.node.broadcasts.message_count(queue)
     ok = commands.Queue.DeclareOk(queue.name, count, len(queue.consumers))
     _send(session, channel, ok, m.nowait)
 
@@ -168,7 +170,7 @@ async def queue_purge(session: Session, channel: ChannelState, m: commands.Queue
     vhost = _vhost(session)
     queue = vhost.queue(_queue_name(channel, m.queue, 50, 30), 50, 30)
     _exclusive_check(session, queue, 50, 30)
-    count = await queue.purge()
+    count = await session.node.broadcasts.purge(queue)
     _send(session, channel, commands.Queue.PurgeOk(count), m.nowait)
 
 
@@ -182,7 +184,7 @@ async def queue_delete(session: Session, channel: ChannelState, m: commands.Queu
         where = f"queue '{name}' in vhost '{vhost.name}'"
         if m.if_unused and queue.consumers:
             raise PreconditionFailed(f"{where} in use", 50, 40)
-        count = await queue.message_count()
+        count = await session.node.broadcasts.message_count(queue)
         if m.if_empty and count:
             raise PreconditionFailed(f"{where} not empty", 50, 40)
         await vhost.delete_queue(name, session.id)
@@ -238,6 +240,7 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
     priority = (m.arguments or {}).get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise PreconditionFailed(f"invalid arg 'x-priority' for consumer '{tag}'", 60, 20)
+    queue = await session.node.broadcasts.consumer_queue(queue, session, tag, bool(m.consumer_tag))
     consumer = Consumer(
         tag, channel, queue, m.no_ack, m.exclusive, priority, channel.prefetch_count
     )
@@ -263,9 +266,11 @@ async def basic_cancel(session: Session, channel: ChannelState, m: commands.Basi
 async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.Get) -> None:
     queue = _vhost(session).queue(_queue_name(channel, m.queue, 60, 70), 60, 70)
     _exclusive_check(session, queue, 60, 70)
-    if not queue.has_buffered():
-        await queue.fill()
+    queue.last_used = time.monotonic()
     taken = queue.take()
+    while taken is None and not queue.exhausted:
+        await queue.fill()
+        taken = queue.take()
     if taken is None:
         _send(session, channel, commands.Basic.GetEmpty())
         return
@@ -275,7 +280,7 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
     if m.no_ack:
         queue.settle(partition, message)
     else:
-        channel.unacked[tag] = Delivery(queue, partition, message, None)
+        channel.unacked[tag] = Delivery(queue, partition, message, None, time.monotonic())
     count = await queue.message_count()
     frames = frame_writer.get_ok(
         channel.number,
@@ -366,8 +371,8 @@ async def tx_commit(session: Session, channel: ChannelState, m: commands.Tx.Comm
     actions, channel.tx_actions = channel.tx_actions, []
     if records:
         # One batch: the store appends all of it or none of it.
-        await session.node.store.append(records)
-        session.wake_destinations(records)
+        await _vhost(session).append(records, wait_durable=True)
+        session.node.timer.notify()  # a held delayed-exchange message may be among them
     channel.tx_mode = False  # let _settle apply the acks now
     try:
         for action in actions:

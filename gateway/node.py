@@ -5,24 +5,29 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from itertools import count
 
 import anyio
 from pamqp import commands
 
-from gateway.amqp.errors import ConnectionForced
+from gateway.amqp.errors import ConnectionForced, PreconditionFailed
+from gateway.broadcast import Broadcasts, BroadcastScheduler
+from gateway.channel_state import ChannelState
+from gateway.delayed_exchange import DELAYED_KIND, DelayedDelivery
 from gateway.direct_reply import DirectReplies
-from gateway.push_scheduler import PushScheduler
+from gateway.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
 from gateway.queue_runtime import QueueRuntime
 from gateway.rate_limit import TokenBucket
+from gateway.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
 from gateway.resource_alarm import Alarms, ResourceAlarm
 from gateway.session import Session
 from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
-from meta.models import Permission, User, VHost
+from meta.models import Permission, Policy, User, VHost
 from meta.password import check_password, hash_password
-from storage import EmbeddedStore
+from storage import EmbeddedStore, StoredMessage
 
 log = logging.getLogger("mqgw.node")
 
@@ -36,7 +41,10 @@ class Node:
         self.settings = settings
         self.store = store
         self.meta = meta
-        self.scheduler = PushScheduler(settings.push_tasks, settings.push_quota)
+        self.broadcasts = Broadcasts()
+        self.scheduler = BroadcastScheduler(
+            self.broadcasts, settings.push_tasks, settings.push_quota
+        )
         self.vhosts: dict[str, VirtualHost] = {}
         self.sessions: set[Session] = set()
         self.open_connections = 0
@@ -48,6 +56,18 @@ class Node:
         self.store_alarm = ResourceAlarm("store backlog", backlog, backlog // 4)
         self.alarms = Alarms(self.disk_alarm, self.store_alarm)
         self.direct_replies = DirectReplies()
+        self.timer = LogTimer(
+            store,
+            settings.timer_levels_ms or DEFAULT_LEVELS_MS,
+            max_level_ms=settings.retention_ms // 2,  # read well before retention may drop it
+        )
+        self.delayed = DelayedDelivery(self.vhosts)
+        self.timer.register(DELAYED_KIND, self.delayed.fire)
+        ladder = tuple(settings.redelivery_ladder_ms or DEFAULT_LADDER_MS)
+        self.redelivery = Redelivery(self.vhosts, self.timer, ladder)
+        self.timer.register(REDELIVERY_KIND, self.redelivery.fire)
+        self._dead_letters_waiting = anyio.Event()
+        self.scheduler.on_unused = self._delete_unused
 
     def next_connection_number(self) -> int:
         return next(self._numbers)
@@ -64,7 +84,9 @@ class Node:
             self._users[user.name] = stored
             for vhost_name in self.settings.vhosts:
                 await self.meta.set_permission(Permission(user=user.name, vhost=vhost_name))
-        known: set[int] = set()
+        for policy in self.settings.policies:
+            await self.meta.put_policy(Policy.model_validate(policy.model_dump()))
+        known: set[int] = {TIMER_QUEUE_ID}
         for vhost_def in await self.meta.list_vhosts():
             vhost = VirtualHost(
                 vhost_def.name,
@@ -74,12 +96,14 @@ class Node:
                 self.settings.queue_partitions,
             )
             vhost.on_queue_deleted = self._queue_deleted
+            vhost.on_dead_letter = self._dead_letters_waiting.set
             await vhost.load()
             self.vhosts[vhost.name] = vhost
             known.update(vhost.queues_by_id)
         for queue_id in await self.store.queues():
             if queue_id not in known:  # a transient queue from before a restart
                 await self.store.delete_queue(queue_id)
+        await self.timer.start()
 
     def authenticate(self, username: str, password: bytes) -> User | None:
         user = self._users.get(username)
@@ -93,6 +117,7 @@ class Node:
 
     def _queue_deleted(self, queue: QueueRuntime) -> None:
         """Consumers of a deleted queue are cancelled; clients that can hear it are told."""
+        self.broadcasts.queue_deleted(queue)
         for consumer in list(queue.consumers):
             session = consumer.channel.session
             session.cancel_consumer(consumer)
@@ -100,6 +125,78 @@ class Node:
                 cancel = commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
                 session.conn.send_method(consumer.channel.number, cancel)
                 session.mark_dirty()
+
+    async def _delete_unused(self, queue: QueueRuntime) -> None:
+        """x-expires: the queue went unused (no consumer, get or redeclare) for too long."""
+        vhost = self.vhosts.get(queue.definition.vhost)
+        if vhost is None or vhost.queues.get(queue.name) is not queue:
+            return
+        log.info("queue %r in vhost %r expired (x-expires)", queue.name, vhost.name)
+        await vhost.delete_queue(queue.name, None, check=False)
+
+    def back_off(
+        self, vhost: VirtualHost, queue: QueueRuntime, partition: int, message: StoredMessage
+    ) -> None:
+        """A nack in backoff mode: the redelivery ladder (stored by the outbox task)."""
+        self.redelivery.back_off(vhost, queue, partition, message)
+        self._dead_letters_waiting.set()
+
+    async def dead_letter_loop(self) -> None:
+        """One task stores what queues hand over: dead letters and backoff retries."""
+        while True:
+            await self._dead_letters_waiting.wait()
+            self._dead_letters_waiting = anyio.Event()
+            await self.redelivery.flush()
+            for vhost in self.vhosts.values():
+                vhost.on_dead_letter = self._dead_letters_waiting.set
+                if vhost.dead_letters:
+                    await vhost.flush_dead_letters()
+
+    async def consumer_timeout_loop(self) -> None:
+        """Close channels holding a delivery unacked past its queue's consumer timeout."""
+        while True:
+            shortest = await self.check_consumer_timeouts(time.monotonic())
+            await anyio.sleep(min(1.0, max(0.01, shortest / 4000)))
+
+    async def check_consumer_timeouts(self, now: float) -> float:
+        """Fail the channels that timed out; returns the shortest timeout in use (ms)."""
+        default = self.settings.consumer_timeout_ms
+        shortest = float(default)
+        timed_out: list[tuple[Session, ChannelState, int, int]] = []
+        for session in self.sessions:
+            for channel in session.channels.values():
+                for tag, delivery in channel.unacked.items():
+                    timeout = delivery.queue.behaviour.consumer_timeout_ms or default
+                    shortest = min(shortest, timeout)
+                    if now - delivery.at > timeout / 1000:
+                        timed_out.append((session, channel, timeout, tag))
+                        break
+                    if now - delivery.at < shortest / 1000:
+                        break  # later deliveries are younger still
+        for session, channel, timeout, tag in timed_out:
+            await self._time_out(session, channel, timeout, tag)
+        return shortest
+
+    async def _time_out(
+        self, session: Session, channel: ChannelState, timeout_ms: int, tag: int
+    ) -> None:
+        if channel.closing or session.channels.get(channel.number) is not channel:
+            return
+        log.warning(
+            "connection %s: channel %d: delivery %d was not acknowledged within %d ms "
+            "(consumer timeout): closing the channel, its deliveries are requeued",
+            session.id,
+            channel.number,
+            tag,
+            timeout_ms,
+        )
+        error = PreconditionFailed(
+            f"delivery acknowledgement on channel {channel.number} timed out. Timeout value "
+            f"used: {timeout_ms} ms. This timeout value can be configured, see consumers doc "
+            "guide to learn more"
+        )
+        await session.fail(channel, error)
+        session.mark_dirty()
 
     def queue(self, vhost: str, name: str) -> QueueRuntime | None:
         host = self.vhosts.get(vhost)
@@ -126,6 +223,8 @@ class Node:
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
                 await queue.commit()
+        await self.broadcasts.commit()
+        await self.timer.commit()
 
     async def housekeeping(self) -> None:
         while True:

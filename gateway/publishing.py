@@ -8,14 +8,17 @@ common publish pays no decoding.
 from __future__ import annotations
 
 import random
+import re
 import struct
 from typing import TYPE_CHECKING, NamedTuple
 
 from gateway.amqp import Publish, frame_writer
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
+from gateway.delayed_exchange import hold
 from gateway.direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from gateway.queue_runtime import QueueRuntime
 from gateway.routing import UnknownExchange, strip_bcc
+from meta.models import DELAYED_MESSAGE_EXCHANGE_TYPE
 from storage import Record
 
 if TYPE_CHECKING:
@@ -23,17 +26,21 @@ if TYPE_CHECKING:
     from gateway.session import Session
 
 _FLAGS = struct.Struct(">H")
+_LEADING_INTEGER = re.compile(r"[+-]?[0-9]+")
 HEADERS_FLAG = 0x2000
 DELIVERY_MODE_FLAG = 0x1000
 REPLY_TO_FLAG = 0x0200
 USER_ID_FLAG = 0x0010
+EXPIRATION_FLAG = 0x0100
 PERSISTENT = 1  # record flag bit 0
+EXPIRES = 2  # record flag bit 1: the message has an expiration property
 
 
 class RouteOutcome(NamedTuple):
     record: Record | None  # what to store (None: nothing)
     queues: list[QueueRuntime]  # to wake after the append
     routed: bool  # False: unroutable (mandatory gets basic.return)
+    rejected: bool = False  # a full queue refused it (x-overflow reject-publish): nack
 
 
 UNROUTED = RouteOutcome(None, [], False)
@@ -59,6 +66,8 @@ def route_publish(
     flags = _FLAGS.unpack_from(properties_bytes)[0] if len(properties_bytes) >= 2 else 0
     headers = None
     delivery_mode = _delivery_mode(properties_bytes, flags) if flags & DELIVERY_MODE_FLAG else 0
+    if flags & EXPIRATION_FLAG:
+        _check_expiration(publish.properties.expiration)
     if flags & (HEADERS_FLAG | USER_ID_FLAG | REPLY_TO_FLAG) or delivery_mode < 0:
         properties = publish.properties
         delivery_mode = properties.delivery_mode or 0
@@ -78,13 +87,21 @@ def route_publish(
         if headers and "BCC" in headers:
             properties.headers = strip_bcc(dict(headers))
             properties_bytes = frame_writer.encode_properties(properties)
+    if exchange.type == DELAYED_MESSAGE_EXCHANGE_TYPE and headers:
+        record_flags = PERSISTENT if delivery_mode == 2 else 0
+        if flags & EXPIRATION_FLAG:
+            record_flags |= EXPIRES
+        held = hold(session.node.timer, vhost.name, publish, headers, record_flags, now_ms)
+        if held is not None:
+            # The plugin routes a held message to no queue now: mandatory gets 312 at once.
+            return RouteOutcome(held, [], False)
     if not publish.exchange and publish.routing_key.startswith(REPLY_PREFIX):
         return _direct_reply(session, publish, properties_bytes)
     if not publish.exchange and headers is None:
         # The default exchange without CC/BCC: the queue named by the key, or nowhere.
         queue = vhost.queues.get(publish.routing_key)
         queues = [] if queue is None else [queue]
-        return _record(channel, publish, properties_bytes, queues, delivery_mode, now_ms)
+        return _record(channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms)
     try:
         result = vhost.router.route(publish.exchange, publish.routing_key, headers)
     except UnknownExchange:
@@ -92,7 +109,7 @@ def route_publish(
             f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
         ) from None
     queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]
-    return _record(channel, publish, properties_bytes, queues, delivery_mode, now_ms)
+    return _record(channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms)
 
 
 def _record(
@@ -101,11 +118,35 @@ def _record(
     properties_bytes: bytes,
     queues: list[QueueRuntime],
     delivery_mode: int,
+    property_flags: int,
     now_ms: int,
 ) -> RouteOutcome:
     if not queues:
         return UNROUTED
+    record_flags = PERSISTENT if delivery_mode == 2 else 0
+    if property_flags & EXPIRATION_FLAG:
+        record_flags |= EXPIRES
+    rejected = False
+    size = len(publish.body)
+    if any(q.behaviour.rejects_publish for q in queues):
+        accepted = [
+            q for q in queues if not (q.behaviour.rejects_publish and q.would_overflow(size))
+        ]
+        if len(accepted) < len(queues):
+            rejected = True
+            for queue in queues:
+                if queue in accepted:
+                    continue
+                queue.rejected_publishes += 1
+                if queue.behaviour.overflow == "reject-publish-dlx":
+                    queue.dead_letter_publish(publish, properties_bytes, record_flags)
+            queues = accepted
+            if not queues:
+                return RouteOutcome(None, [], True, True)
     destinations = tuple((q.queue_id, _partition(channel, q)) for q in queues)
+    if not channel.tx_mode:  # tx publishes count once tx.commit has stored them
+        for queue in queues:
+            queue.count_in(size, record_flags)
     record = Record(
         publish.exchange.encode(),
         publish.routing_key.encode(),
@@ -113,9 +154,26 @@ def _record(
         publish.body,
         destinations,
         now_ms,
-        PERSISTENT if delivery_mode == 2 else 0,
+        record_flags,
     )
-    return RouteOutcome(record, queues, True)
+    return RouteOutcome(record, queues, True, rejected)
+
+
+def _check_expiration(expiration: str | None) -> None:
+    """rabbit_basic:parse_expiration: string:to_integer/1 must read the whole string."""
+    if expiration is None:
+        return
+    match = _LEADING_INTEGER.match(expiration)
+    if match is None:
+        term = "no_integer"
+    elif match.end() < len(expiration):
+        rest = expiration[match.end() :].replace("\\", "\\\\").replace('"', '\\"')
+        term = f'{{leftover_string,"{rest}"}}'
+    elif int(match.group()) < 0:
+        term = f"{{value_negative,{int(match.group())}}}"
+    else:
+        return
+    raise PreconditionFailed(f"invalid expiration '{expiration}': {term}", 60, 40)
 
 
 def _delivery_mode(properties: bytes, flags: int) -> int:

@@ -2,11 +2,12 @@
 
 A queue is woken (put in the ready-set) when something may let it deliver: a publish into it,
 a new consumer, an ack or requeue that returns credit, channel.flow, a drained socket, an
-operator's resume. A push task takes the oldest ready queue, refills its buffer from the store
-when it runs low, and delivers at most ``quota`` messages before putting it back at the end,
-so one hot queue cannot starve the rest. A queue with no credit, no messages or paused leaves
-the set and costs nothing until woken. A rate-limited queue out of tokens is parked on one
-timer heap shared by the whole node; a single timer task wakes it when a token is back.
+operator's resume, a TTL or x-expires deadline. A push task takes the oldest ready queue,
+refills its buffer from the store when it runs low, and delivers at most ``quota`` messages
+before putting it back at the end, so one hot queue cannot starve the rest. A queue with no
+credit, no messages or paused leaves the set and costs nothing until woken. A queue waiting
+for a time (a rate-limit token, its head's TTL deadline, its x-expires) is parked on one timer
+heap shared by the whole node; a single timer task wakes it then.
 There is no task, thread or timer per queue or per consumer.
 """
 
@@ -17,11 +18,11 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 
-from gateway.queue_runtime import PumpResult, QueueRuntime
+from gateway.queue_runtime import PumpResult, QueueRuntime, wall_ms
 
 log = logging.getLogger("mqgw.push")
 
@@ -38,6 +39,8 @@ class PushScheduler:
         self._timers: list[tuple[float, int, QueueRuntime]] = []
         self._timer_changed = anyio.Event()
         self._sequence = itertools.count()
+        # Called (by a push task) for a queue whose x-expires passed while unused.
+        self.on_unused: Callable[[QueueRuntime], Awaitable[None]] | None = None
 
     @property
     def ready_count(self) -> int:
@@ -91,29 +94,46 @@ class PushScheduler:
 
     async def _serve(self, queue: QueueRuntime) -> bool:
         queue.rewake = False
-        if not queue.consumers or queue.paused:
-            return False
-        await queue.fill()
         now = self.clock()
-        result = queue.pump(self.quota, now)
-        if result is PumpResult.QUOTA_USED:
-            return True
-        if result is PumpResult.NO_MESSAGES:
-            return not queue.exhausted  # the last fetch was full: there may be more
-        if result is PumpResult.RATE_LIMITED and queue.rate_limit is not None:
-            self._park(queue, queue.rate_limit.next_token_at(now))
+        if queue.consumers and not queue.paused:
+            await queue.fill()
+            result = queue.pump(self.quota, now)
+            if result is PumpResult.QUOTA_USED:
+                return True
+            if result is PumpResult.NO_MESSAGES and not queue.exhausted:
+                return True  # the last fetch was full: there may be more
+            if result is PumpResult.RATE_LIMITED and queue.rate_limit is not None:
+                self._park(queue, queue.rate_limit.next_token_at(now))
+        # Nobody takes the head now: let what expired leave, and come back when more will.
+        behaviour = queue.behaviour
+        if behaviour.message_ttl_ms is not None or queue.expirations_seen:
+            now_ms = wall_ms()
+            deadline = await queue.expire(now_ms)
+            if deadline is not None:
+                self._park(queue, now + max(0, deadline - now_ms + 1) / 1000)
+        if behaviour.expires_ms is not None and not queue.consumers and self.on_unused:
+            idle_until = queue.last_used + behaviour.expires_ms / 1000
+            if time.monotonic() >= idle_until:
+                await self.on_unused(queue)
+            else:
+                self._park(queue, now + idle_until - time.monotonic())
         return False
 
     # -- rate-limit timers: one heap and one task for the whole node ----------------------
 
     def _park(self, queue: QueueRuntime, when: float) -> None:
+        if queue.parked_until and queue.parked_until <= when:
+            return  # an earlier wake-up is already set; it re-parks the queue if needed
+        queue.parked_until = when
         heapq.heappush(self._timers, (when, next(self._sequence), queue))
         self._timer_changed.set()
 
     def wake_due(self, now: float) -> float | None:
         """Wake parked queues whose token is back; returns when the next one is due."""
         while self._timers and self._timers[0][0] <= now:
-            _, _, queue = heapq.heappop(self._timers)
+            when, _, queue = heapq.heappop(self._timers)
+            if queue.parked_until == when:
+                queue.parked_until = 0.0
             self.wake(queue)
         return self._timers[0][0] if self._timers else None
 

@@ -6,24 +6,61 @@ by commit offset and deliveries follow publish order exactly, as RabbitMQ's woul
 messages (nack/reject with requeue, or unacked at channel close) go to a heap ordered by commit
 offset and are delivered before anything newer, flagged redelivered.
 Committed offset per partition = the lowest offset not yet settled (at-least-once).
+
+Queue features (gateway/queue_behaviour.py) are offset arithmetic and head operations here:
+``ready_count``/``ready_bytes`` are kept exact as messages enter (counted at routing), leave
+for a consumer, come back, expire or overflow, so max-length checks and message counts never
+ask the store. Messages leave from the head only (expiry, drop-head), as in RabbitMQ; a message
+leaving with a dead-letter exchange configured goes to the node's dead-letter outbox.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from gateway.amqp import Publish
+from gateway.amqp import property_bytes as pb
+from gateway.dead_letter import DeadLetter
+from gateway.queue_behaviour import QueueBehaviour, behaviour_of
 from gateway.rate_limit import TokenBucket
 from meta.models import QueueDef
-from storage import QUEUE_GROUP, EmbeddedStore, StoredMessage
+from storage import QUEUE_GROUP, EmbeddedStore, ReadStatus, StoredMessage
 
 if TYPE_CHECKING:
     from gateway.channel_state import Consumer
 
+log = logging.getLogger("mqgw.queue")
+
 FETCH_BATCH = 256
 LOW_WATER = 64
+PERSISTENT_FLAG = 1  # record flag bits (set by the publisher path)
+EXPIRATION_FLAG = 2  # the message carries an expiration property
+REDELIVERED_FLAG = 4  # re-entered its queue after a redelivery backoff
+
+
+DLQ_SUFFIX = ".dlq"
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def message_expiration(message: StoredMessage) -> int | None:
+    """The per-message TTL in ms, read from the property bytes only when flagged."""
+    if not message.flags & EXPIRATION_FLAG:
+        return None
+    try:
+        raw = pb.split_properties(message.properties).get(pb.EXPIRATION)
+        value = pb.shortstr_value(raw)
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 class PumpResult(Enum):
@@ -35,18 +72,27 @@ class PumpResult(Enum):
 
 
 class QueueRuntime:
-    def __init__(self, definition: QueueDef, store: EmbeddedStore) -> None:
+    def __init__(
+        self,
+        definition: QueueDef,
+        store: EmbeddedStore,
+        behaviour: QueueBehaviour | None = None,
+        outbox: Callable[[DeadLetter], None] | None = None,
+    ) -> None:
         self.definition = definition
         self.name = definition.name
         self.queue_id = definition.queue_id
         self.partitions = definition.partitions
         self.store = store
+        self.behaviour = behaviour or behaviour_of(definition.arguments)
+        self.outbox = outbox  # where dead letters go (the vhost's); None: dropped
         self.consumers: list[Consumer] = []
         self._rr = 0
         self.cursors = [0] * self.partitions  # next offset to fetch, per partition
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
         self.requeued: list[tuple[int, int, StoredMessage]] = []  # (commit offset, partition, m)
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]
+        self.returns: dict[tuple[int, int], int] = {}  # (partition, offset) -> times requeued
         self.exhausted = False  # last fetch found nothing new
         self.scheduled = False  # in the push scheduler's ready set or being served
         self.rewake = False
@@ -54,21 +100,62 @@ class QueueRuntime:
         self.commit_dirty = False
         self.paused = False
         self.rate_limit: TokenBucket | None = None
+        self.parked_until = 0.0  # scheduler clock time of this queue's pending timer, if any
+        self.last_used = time.monotonic()  # for x-expires
+        # Exact counts: published = ready + unacked + acked + dead_lettered + dropped.
+        self.ready_count = 0
+        self.ready_bytes = 0
+        self.enqueued = 0
+        self.acked = 0
+        self.dead_lettered = 0
+        self.dropped = 0  # expired or overflowed with no dead-letter exchange
+        self.dropped_by_retention = 0  # unread messages the store's retention removed
+        self.rejected_publishes = 0  # refused by x-overflow reject-publish(-dlx)
+        self.held_for_retry = 0  # nacked in backoff mode, timer record not yet stored
+        self.retried = 0  # left for the redelivery timer (they re-enter as new messages)
+        self.expirations_seen = False  # some message here has its own expiration
         self.delivered = 0  # total deliveries (consumers and basic.get), for stats and tests
 
     async def start(self) -> None:
         """Resume from the committed offsets: what was in flight at a stop is redelivered."""
+        ready = 0
         for p in range(self.partitions):
             self.cursors[p] = await self.store.committed_offset(QUEUE_GROUP, self.queue_id, p)
+        stats = await self.store.queue_stats(self.queue_id)
+        for s in stats.partitions:
+            self.cursors[s.partition] = max(self.cursors[s.partition], s.min_offset)
+            ready += max(0, s.max_offset - self.cursors[s.partition])
+        self.ready_count = ready
+        if self.behaviour.max_length_bytes is not None:
+            await self.recount_bytes()
+
+    async def recount_bytes(self) -> None:
+        """Sum the bodies of the ready messages (a read pass; only for byte-limited queues)."""
+        total = sum(len(m.body) for _, m in self.buffer)
+        total += sum(len(m.body) for _, _, m in self.requeued)
+        for p in range(self.partitions):
+            offset = self.cursors[p]
+            while True:
+                result = await self.store.read(self.queue_id, p, offset, FETCH_BATCH)
+                if not result.messages:
+                    break
+                total += sum(len(m.body) for m in result.messages)
+                offset = result.next_offset
+        self.ready_bytes = total
+
+    def set_behaviour(self, behaviour: QueueBehaviour) -> None:
+        self.behaviour = behaviour
 
     # -- consumers ------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
+        self.last_used = time.monotonic()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        self.last_used = time.monotonic()
 
     @property
     def has_exclusive_consumer(self) -> bool:
@@ -89,6 +176,53 @@ class QueueRuntime:
             self._rr = best_index + 1
         return best
 
+    # -- counting in ----------------------------------------------------------------------
+
+    def count_in(self, body_size: int, record_flags: int = 0) -> None:
+        """A message was routed here (counted before its append; count_out if that fails)."""
+        self.ready_count += 1
+        self.ready_bytes += body_size
+        self.enqueued += 1
+        if record_flags & EXPIRATION_FLAG:
+            self.expirations_seen = True
+
+    def dead_letter_publish(self, publish: Publish, properties: bytes, record_flags: int) -> None:
+        """reject-publish-dlx: the refused message goes to the dead-letter exchange."""
+        b = self.behaviour
+        if b.dlx is None or self.outbox is None:
+            return
+        self.outbox(
+            DeadLetter(
+                self.name,
+                "maxlen",
+                publish.exchange,
+                publish.routing_key,
+                properties,
+                bytes(publish.body),
+                bool(record_flags & PERSISTENT_FLAG),
+                b.dlx,
+                b.dlrk,
+            )
+        )
+
+    def count_out(self, body_size: int) -> None:
+        self.ready_count -= 1
+        self.ready_bytes -= body_size
+        self.enqueued -= 1
+
+    def would_overflow(self, body_size: int) -> bool:
+        """reject-publish: would one more message of this size pass a limit?"""
+        b = self.behaviour
+        if b.max_length is not None and self.ready_count + 1 > b.max_length:
+            return True
+        return b.max_length_bytes is not None and self.ready_bytes + body_size > b.max_length_bytes
+
+    def over_limit(self) -> bool:
+        b = self.behaviour
+        if b.max_length is not None and self.ready_count > b.max_length:
+            return True
+        return b.max_length_bytes is not None and self.ready_bytes > b.max_length_bytes
+
     # -- messages -------------------------------------------------------------------------
 
     def has_buffered(self) -> bool:
@@ -99,17 +233,51 @@ class QueueRuntime:
         """Messages buffered or still in the store: worth a turn when credit comes back."""
         return self.has_buffered() or not self.exhausted
 
-    def take(self) -> tuple[int, StoredMessage, bool] | None:
-        """Next message to hand out: (partition, message, redelivered)."""
+    def _pop_head(self) -> tuple[int, StoredMessage, bool] | None:
         if self.requeued:
             _, partition, message = heapq.heappop(self.requeued)
-            self.inflight[partition].add(message.queue_offset)
             return partition, message, True
         if self.buffer:
             partition, message = self.buffer.popleft()
-            self.inflight[partition].add(message.queue_offset)
             return partition, message, False
         return None
+
+    def _peek_head(self) -> StoredMessage | None:
+        if self.requeued:
+            return self.requeued[0][2]
+        if self.buffer:
+            return self.buffer[0][1]
+        return None
+
+    def deadline(self, message: StoredMessage) -> int | None:
+        """When ``message`` expires (wall ms), from the queue TTL and its own expiration."""
+        ttl = self.behaviour.message_ttl_ms
+        own = message_expiration(message)
+        if own is not None:
+            ttl = own if ttl is None else min(ttl, own)
+        return None if ttl is None else message.store_ts_ms + ttl
+
+    def take(self, now_ms: int | None = None) -> tuple[int, StoredMessage, bool] | None:
+        """Next message to hand out: (partition, message, redelivered).
+
+        Expired messages met at the head on the way leave the queue (a TTL of 0 still lets a
+        message go to a consumer that can take it at once, as in RabbitMQ).
+        """
+        while True:
+            taken = self._pop_head()
+            if taken is None:
+                return None
+            partition, message, redelivered = taken
+            if self.behaviour.message_ttl_ms is not None or message.flags & EXPIRATION_FLAG:
+                deadline = self.deadline(message)
+                now = wall_ms() if now_ms is None else now_ms
+                if deadline is not None and deadline < now and deadline != message.store_ts_ms:
+                    self.leave(partition, message, "expired")
+                    continue
+            self.ready_count -= 1
+            self.ready_bytes -= len(message.body)
+            self.inflight[partition].add(message.queue_offset)
+            return partition, message, redelivered or bool(message.flags & REDELIVERED_FLAG)
 
     async def fill(self) -> None:
         """Fetch from the store when the buffer runs low (batched; merged by commit offset)."""
@@ -119,6 +287,8 @@ class QueueRuntime:
         more = False
         for p in range(self.partitions):
             result = await self.store.read(self.queue_id, p, self.cursors[p], FETCH_BATCH)
+            if result.status is ReadStatus.MOVED:
+                self._lost_to_retention(result.min_offset - self.cursors[p])
             self.cursors[p] = result.next_offset
             more = more or result.next_offset < result.max_offset
             if result.messages:
@@ -133,16 +303,145 @@ class QueueRuntime:
         else:
             self.buffer.extend(heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset))
 
+    def _lost_to_retention(self, count: int) -> None:
+        if count <= 0:
+            return
+        self.dropped_by_retention += count
+        self.ready_count = max(0, self.ready_count - count)
+        log.warning(
+            "queue %r: %d unread message(s) removed by the store's retention (age or disk "
+            "budget) before delivery",
+            self.name,
+            count,
+        )
+
+    # -- leaving --------------------------------------------------------------------------
+
     def settle(self, partition: int, message: StoredMessage) -> None:
-        """Ack, reject without requeue, or a no-ack delivery: the message is done."""
+        """Ack, or a no-ack delivery: the message is done."""
+        self.inflight[partition].discard(message.queue_offset)
+        self.returns.pop((partition, message.queue_offset), None)
+        self.commit_dirty = True
+        self.acked += 1
+
+    def reject(self, partition: int, message: StoredMessage) -> None:
+        """Reject or nack without requeue: dead-lettered (reason rejected) or dropped."""
+        self.inflight[partition].discard(message.queue_offset)
+        self._gone(partition, message, "rejected")
+
+    def leave(self, partition: int, message: StoredMessage, reason: str) -> None:
+        """A ready message leaves from the head: expired, maxlen (drop-head)."""
+        self.ready_count -= 1
+        self.ready_bytes -= len(message.body)
+        self._gone(partition, message, reason)
+
+    def _gone(
+        self, partition: int, message: StoredMessage, reason: str, to_dlq: bool = False
+    ) -> None:
+        """The message left for good: dead-lettered if the queue has somewhere to send it."""
+        self.returns.pop((partition, message.queue_offset), None)
+        self.commit_dirty = True
+        b = self.behaviour
+        dlx, dlrk = b.dlx, b.dlrk
+        if dlx is None and to_dlq:
+            dlx, dlrk = "", self.name + DLQ_SUFFIX
+        if dlx is None or self.outbox is None:
+            self.dropped += 1
+            return
+        self.dead_lettered += 1
+        self.outbox(
+            DeadLetter(
+                self.name,
+                reason,
+                message.exchange.decode(),
+                message.routing_key.decode(),
+                bytes(message.properties),
+                bytes(message.body),
+                bool(message.flags & PERSISTENT_FLAG),
+                dlx,
+                dlrk,
+                to_dlq and b.dlx is None,
+            )
+        )
+
+    # -- redelivery backoff (gateway/redelivery.py) ----------------------------------------
+
+    def hold_for_retry(self, partition: int, message: StoredMessage) -> None:
+        """Nacked in backoff mode: stays in flight until its timer record is stored."""
+        self.held_for_retry += 1
+
+    def retry_stored(self, partition: int, message: StoredMessage) -> None:
+        self.held_for_retry -= 1
         self.inflight[partition].discard(message.queue_offset)
         self.commit_dirty = True
+        self.retried += 1
+
+    def retry_failed(self, partition: int, message: StoredMessage) -> None:
+        self.held_for_retry -= 1
+        self.requeue(partition, message)
+
+    def give_up(self, partition: int, message: StoredMessage) -> None:
+        """Past x-max-redeliveries: to the dead-letter exchange, or the queue's .dlq."""
+        self.inflight[partition].discard(message.queue_offset)
+        self._gone(partition, message, "delivery_limit", to_dlq=True)
 
     def requeue(self, partition: int, message: StoredMessage) -> None:
         if self.deleted:
             return
         self.inflight[partition].discard(message.queue_offset)
+        limit = self.behaviour.delivery_limit
+        if limit is not None:
+            key = (partition, message.queue_offset)
+            returned = self.returns.get(key, 0) + 1
+            if returned > limit:
+                self._gone(partition, message, "delivery_limit")
+                return
+            self.returns[key] = returned
+            message = message._replace(
+                properties=memoryview(_with_delivery_count(message, returned))
+            )
+        self.ready_count += 1
+        self.ready_bytes += len(message.body)
         heapq.heappush(self.requeued, (message.commit_offset, partition, message))
+
+    async def expire(self, now_ms: int) -> int | None:
+        """Drop expired messages from the head; returns the next head's deadline, if any."""
+        if self.behaviour.message_ttl_ms is None and not self._head_may_expire():
+            return None
+        while True:
+            if not self.has_buffered():
+                if self.exhausted:
+                    return None
+                await self.fill()
+                if not self.has_buffered():
+                    return None
+            head = self._peek_head()
+            assert head is not None
+            deadline = self.deadline(head)
+            if deadline is None or deadline > now_ms:
+                return deadline
+            taken = self._pop_head()
+            assert taken is not None
+            self.leave(taken[0], taken[1], "expired")
+
+    def _head_may_expire(self) -> bool:
+        if self.has_buffered():
+            head = self._peek_head()
+            return head is not None and bool(head.flags & EXPIRATION_FLAG)
+        return self.expirations_seen and self.ready_count > 0
+
+    async def enforce_limits(self) -> None:
+        """drop-head: while over max-length or max-length-bytes, the oldest messages go."""
+        if self.behaviour.overflow != "drop-head":
+            return
+        while self.over_limit():
+            if not self.has_buffered():
+                await self.fill()
+                if not self.has_buffered():
+                    return
+            taken = self._pop_head()
+            assert taken is not None
+            self.leave(taken[0], taken[1], "maxlen")
 
     def pump(self, quota: int, now: float) -> PumpResult:
         """Deliver up to ``quota`` messages to consumers with credit (and within the rate)."""
@@ -161,14 +460,16 @@ class QueueRuntime:
 
     def _pump(self, quota: int) -> PumpResult:
         delivered = 0
+        now_ms = wall_ms()
         while delivered < quota:
             if not self.has_buffered():
                 return PumpResult.NO_MESSAGES
             consumer = self.next_consumer()
             if consumer is None:
                 return PumpResult.NO_CREDIT
-            taken = self.take()
-            assert taken is not None
+            taken = self.take(now_ms)
+            if taken is None:
+                return PumpResult.NO_MESSAGES
             partition, message, redelivered = taken
             consumer.channel.session.deliver(consumer, self, partition, message, redelivered)
             delivered += 1
@@ -178,21 +479,22 @@ class QueueRuntime:
     # -- counts and offsets ---------------------------------------------------------------
 
     async def message_count(self) -> int:
-        """Ready messages: buffered, requeued and not yet fetched (unacked excluded)."""
-        stats = await self.store.queue_stats(self.queue_id)
-        unfetched = sum(
-            max(0, s.max_offset - max(self.cursors[s.partition], s.min_offset))
-            for s in stats.partitions
-        )
-        return unfetched + len(self.buffer) + len(self.requeued)
+        """Ready messages: buffered, requeued and not yet fetched (unacked excluded).
+
+        Expired messages at the head leave first, so a count never includes them."""
+        if self.behaviour.message_ttl_ms is not None or self.expirations_seen:
+            await self.expire(wall_ms())
+        return self.ready_count
 
     async def purge(self) -> int:
-        count = await self.message_count()
+        count = self.ready_count
         await self.store.purge(self.queue_id)
         self.buffer.clear()
         self.requeued.clear()
         stats = await self.store.queue_stats(self.queue_id)
         self.cursors = [s.max_offset for s in stats.partitions]
+        self.ready_count = self.ready_bytes = 0
+        self.dropped += count
         self.commit_dirty = True
         return count
 
@@ -213,3 +515,14 @@ class QueueRuntime:
         self.commit_dirty = False
         for partition, offset in enumerate(self.committed_offsets()):
             await self.store.commit_offset(QUEUE_GROUP, self.queue_id, partition, offset)
+
+
+def _with_delivery_count(message: StoredMessage, count: int) -> bytes:
+    """Quorum-queue style: a returned message carries x-delivery-count on redelivery."""
+    fields = pb.split_properties(message.properties)
+    raw = fields.get(pb.HEADERS)
+    headers = [] if raw is None else pb.split_table(raw)
+    headers = [h for h in headers if h[0] != "x-delivery-count"]
+    headers.append(("x-delivery-count", "l", pb.long(count)))
+    fields[pb.HEADERS] = pb.join_table(headers)
+    return pb.join_properties(fields)

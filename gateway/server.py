@@ -19,9 +19,9 @@ from anyio.abc import SocketListener
 
 from gateway.admin.app import create_app
 from gateway.connection_io import serve_connection
+from gateway.delayed_exchange import DelayedExchangeMetadata
 from gateway.node import Node
 from gateway.settings import GatewaySettings
-from meta.local_store import LocalMetadataStore
 from storage import open_embedded_store
 
 log = logging.getLogger("mqgw.server")
@@ -31,7 +31,7 @@ async def serve(
     settings: GatewaySettings, on_ready: Callable[[int, int], None] | None = None
 ) -> None:
     async with open_embedded_store(settings.store_config()) as store:
-        meta = LocalMetadataStore(settings.data_dir / "meta")
+        meta = DelayedExchangeMetadata(settings.data_dir / "meta")
         node = Node(settings, store, meta)
         await node.start()
         listener = await anyio.create_tcp_listener(
@@ -52,7 +52,10 @@ async def serve(
                     tg.start_soon(serve_connection, node, stream)
 
             tg.start_soon(node.scheduler.run)
+            tg.start_soon(node.timer.run)
             tg.start_soon(node.housekeeping)
+            tg.start_soon(node.dead_letter_loop)
+            tg.start_soon(node.consumer_timeout_loop)
             for socket_listener in listener.listeners:
                 tg.start_soon(accept_loop, cast(SocketListener, socket_listener))
             admin_port = 0

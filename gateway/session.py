@@ -48,7 +48,8 @@ log = logging.getLogger("mqgw.connection")
 HIGH_WATER_BYTES = 4 << 20  # stop delivering to a connection whose output is this far behind
 LOW_WATER_BYTES = 1 << 20
 
-ConfirmItem = tuple[list[tuple[ChannelState, int]], int, bool]  # tags, end offset, store ok
+# (channel, tag, accepted) per publish, the batch's end offset, whether the store took it.
+ConfirmItem = tuple[list[tuple[ChannelState, int, bool]], int, bool]
 
 
 class Session:
@@ -239,7 +240,7 @@ class Session:
         assert self.vhost is not None
         self.published = True
         records: list[Record] = []
-        confirms: list[tuple[ChannelState, int]] = []
+        confirms: list[tuple[ChannelState, int, bool]] = []
         woken: set[QueueRuntime] = set()
         now_ms = time.time_ns() // 1_000_000
         for publish in batch:
@@ -247,7 +248,7 @@ class Session:
             if channel is None or channel.closing:
                 continue
             try:
-                record, queues, routed = route_publish(self, channel, publish, now_ms)
+                record, queues, routed, rejected = route_publish(self, channel, publish, now_ms)
             except AMQPError as error:
                 await self.fail(channel, error)
                 continue
@@ -261,7 +262,7 @@ class Session:
                 records.append(record)
                 woken.update(queues)
             if channel.confirm_mode:
-                confirms.append((channel, channel.next_publish_tag))
+                confirms.append((channel, channel.next_publish_tag, not rejected))
                 channel.next_publish_tag += 1
         end_offset, ok = 0, True
         if records:
@@ -272,17 +273,10 @@ class Session:
                 log.error(
                     "connection %s: %d message(s) not stored: %s", self.id, len(records), error
                 )
-            for queue in woken:
-                self.node.scheduler.wake_new_messages(queue)
+                self.vhost.count_out(records)
+            await self.vhost.stored(woken)
         if confirms:
             await self._confirm_send.send((confirms, end_offset, ok))
-
-    def wake_destinations(self, records: list[Record]) -> None:
-        assert self.vhost is not None
-        by_id = self.vhost.queues_by_id
-        woken = {by_id[q] for r in records for q, _ in r.destinations if q in by_id}
-        for queue in woken:
-            self.node.scheduler.wake_new_messages(queue)
 
     def _send_return(self, channel: ChannelState, publish: Publish) -> None:
         frames = frame_writer.return_(
@@ -308,30 +302,57 @@ class Session:
                     except StoreError as error:
                         log.error("connection %s: confirms fail: %s", self.id, error)
                         ok = False
-                last: dict[ChannelState, tuple[int, int]] = {}
-                for channel, tag in tags:
-                    first, _ = last.get(channel, (tag, tag))
-                    last[channel] = (first, tag)
-                for channel, (first, tag) in last.items():
-                    multiple = tag != first
-                    if ok:
-                        self.conn.send_ack(channel.number, tag, multiple)
-                    else:
-                        self.conn.send_nack(channel.number, tag, multiple)
+                self._send_confirms(tags, ok)
                 self.mark_dirty()
+
+    def _send_confirms(self, tags: list[tuple[ChannelState, int, bool]], stored: bool) -> None:
+        """Runs of acks or nacks per channel, each sent once for its last tag.
+
+        As rabbit_channel does: a lone ack has multiple=false; a run of acks, and any nack
+        (sent when every earlier tag is settled), have multiple=true.
+        """
+        runs: dict[ChannelState, tuple[bool, int, int]] = {}  # channel -> (ack?, first, last)
+        for channel, tag, accepted in tags:
+            ack = stored and accepted
+            run = runs.get(channel)
+            if run is not None and run[0] != ack:
+                self._send_confirm_run(channel, *run)
+                run = None
+            runs[channel] = (ack, tag if run is None else run[1], tag)
+        for channel, run in runs.items():
+            self._send_confirm_run(channel, *run)
+
+    def _send_confirm_run(self, channel: ChannelState, ack: bool, first: int, last: int) -> None:
+        if ack:
+            self.conn.send_ack(channel.number, last, last != first)
+        else:
+            self.conn.send_nack(channel.number, last, True)
 
     # -- settling -------------------------------------------------------------------------
 
     def settle(
-        self, channel: ChannelState, deliveries: list[Delivery], requeue: bool | None
+        self,
+        channel: ChannelState,
+        deliveries: list[Delivery],
+        requeue: bool | None,
+        backoff: bool = True,
     ) -> None:
-        """Ack (requeue None), or nack/reject with or without requeue."""
+        """Ack (requeue None), or nack/reject with or without requeue.
+
+        ``backoff``: a requeue from a queue in backoff mode waits on the redelivery ladder
+        (false for what a closing channel or basic.recover gives back)."""
         woken: set[QueueRuntime] = set()
         for delivery in deliveries:
-            if requeue:
+            queue = delivery.queue
+            if requeue and backoff and queue.behaviour.redelivery == "backoff":
+                assert self.vhost is not None
+                self.node.back_off(self.vhost, queue, delivery.partition, delivery.message)
+            elif requeue:
                 delivery.queue.requeue(delivery.partition, delivery.message)
-            else:
+            elif requeue is None:
                 delivery.queue.settle(delivery.partition, delivery.message)
+            else:
+                delivery.queue.reject(delivery.partition, delivery.message)
             if delivery.consumer is not None:
                 delivery.consumer.unacked -= 1
             woken.add(delivery.queue)
@@ -345,7 +366,7 @@ class Session:
         """Every delivery the channel holds goes back, redelivered (recover, channel close)."""
         deliveries = list(channel.unacked.values())
         channel.unacked.clear()
-        self.settle(channel, deliveries, requeue=True)
+        self.settle(channel, deliveries, requeue=True, backoff=False)
 
     def cancel_consumer(self, consumer: Consumer) -> None:
         channel = consumer.channel

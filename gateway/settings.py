@@ -9,6 +9,10 @@ The config file is TOML, e.g.:
     name = "app"
     password = "s3cret"
     tags = ["management"]
+    [[policies]]
+    name = "ttl"
+    pattern = "^orders\\."
+    definition = { message-ttl = 60000, dead-letter-exchange = "dlx" }
 """
 
 from __future__ import annotations
@@ -33,6 +37,17 @@ class UserSetting(BaseModel):
     tags: list[str] = Field(default_factory=list)
 
 
+class PolicySetting(BaseModel):
+    """A policy applied at start (RabbitMQ's keys, e.g. {"message-ttl": 60000})."""
+
+    name: str
+    pattern: str
+    definition: dict[str, Any]
+    vhost: str = "/"
+    priority: int = 0
+    apply_to: str = "all"
+
+
 def _default_users() -> list[UserSetting]:
     return [UserSetting(name="guest", password="guest", tags=["administrator"])]
 
@@ -50,6 +65,7 @@ class GatewaySettings(BaseSettings):
     vhosts: list[str] = Field(default_factory=lambda: ["/"])
     users: list[UserSetting] = Field(default_factory=_default_users)
     loopback_users: list[str] = Field(default_factory=lambda: ["guest"])
+    policies: list[PolicySetting] = Field(default_factory=list)
 
     frame_max: int = 131072
     channel_max: int = 2047
@@ -60,6 +76,8 @@ class GatewaySettings(BaseSettings):
     push_tasks: int = 2  # push scheduler tasks, whatever the number of queues
     push_quota: int = 64  # deliveries per queue per turn
     consumer_timeout_ms: int = 30 * 60 * 1000
+    redelivery_ladder_ms: list[int] | None = None  # backoff steps (None: 1s 5s 10s ... 2h)
+    timer_levels_ms: list[int] | None = None  # the log timer's delay levels (None: default)
 
     flush: FlushPolicy = FlushPolicy.SYNC
     segment_size_bytes: int = 1 << 30

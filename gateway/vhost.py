@@ -8,17 +8,21 @@ in metadata gets a store queue id and a runtime; deletions cascade to both.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from gateway.amqp.errors import AMQPError, NotFound, error_for_code
+from gateway.amqp.events import decode_properties
+from gateway.dead_letter import DeadLetter, is_cycle, republish
 from gateway.push_scheduler import PushScheduler
-from gateway.queue_runtime import QueueRuntime
-from gateway.routing import Router
+from gateway.queue_behaviour import QueueBehaviour, behaviour_of
+from gateway.queue_runtime import PERSISTENT_FLAG, QueueRuntime
+from gateway.routing import Router, UnknownExchange
 from meta.errors import MetaError
 from meta.local_store import LocalMetadataStore
-from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef
-from storage import EmbeddedStore, UnknownQueue
+from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
+from storage import EmbeddedStore, Record, StoreError, UnknownQueue
 
 log = logging.getLogger("mqgw.vhost")
 
@@ -55,12 +59,16 @@ class VirtualHost:
         self.queues: dict[str, QueueRuntime] = {}
         self.queues_by_id: dict[int, QueueRuntime] = {}
         self.on_queue_deleted: Callable[[QueueRuntime], None] = lambda _q: None
+        self.policies: list[Policy] = []
+        self.dead_letters: list[DeadLetter] = []
+        self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
 
     async def load(self) -> None:
         """Build the router and runtimes from metadata (after a restart: durable things)."""
         exchanges = await self.meta.list_exchanges(self.name)
         queues = await self.meta.list_queues(self.name)
         bindings = await self.meta.list_bindings(self.name)
+        self.policies = await self.meta.list_policies(self.name)
         self.router = Router.from_definitions(
             self.name, exchanges, [q.name for q in queues], bindings
         )
@@ -69,11 +77,127 @@ class VirtualHost:
 
     async def _attach_queue(self, definition: QueueDef) -> QueueRuntime:
         await self.store.create_queue(definition.queue_id, definition.partitions)
-        runtime = QueueRuntime(definition, self.store)
+        runtime = QueueRuntime(
+            definition, self.store, self._behaviour(definition), self._dead_letter
+        )
         await runtime.start()
         self.queues[definition.name] = runtime
         self.queues_by_id[definition.queue_id] = runtime
+        self.scheduler.wake(runtime)  # TTL and x-expires start counting now
         return runtime
+
+    # -- policies -------------------------------------------------------------------------
+
+    def policy_for(self, queue_name: str) -> Policy | None:
+        """The policy in force for a queue: the highest priority of those that match."""
+        matching = [p for p in self.policies if p.applies_to_queue(queue_name)]
+        return max(matching, key=lambda p: (p.priority, p.name), default=None)
+
+    def _behaviour(self, definition: QueueDef) -> QueueBehaviour:
+        policy = self.policy_for(definition.name)
+        return behaviour_of(definition.arguments, None if policy is None else policy.definition)
+
+    async def apply_policies(self) -> None:
+        """Policies changed: every queue takes its (new) behaviour at once."""
+        self.policies = await self.meta.list_policies(self.name)
+        for queue in self.queues.values():
+            before = queue.behaviour
+            queue.set_behaviour(self._behaviour(queue.definition))
+            if queue.behaviour.max_length_bytes is not None and before.max_length_bytes is None:
+                await queue.recount_bytes()
+            if queue.behaviour.has_limits and queue.over_limit():
+                await queue.enforce_limits()
+            self.scheduler.wake_new_messages(queue)
+
+    # -- messages entering and leaving queues ---------------------------------------------
+
+    def count_out(self, records: Iterable[Record]) -> None:
+        """An append failed: the messages routed into it never entered their queues."""
+        for record in records:
+            for queue_id, _ in record.destinations:
+                queue = self.queues_by_id.get(queue_id)
+                if queue is not None:
+                    queue.count_out(len(record.body))
+
+    async def stored(self, queues: Iterable[QueueRuntime]) -> None:
+        """Messages were appended to ``queues``: apply drop-head limits, wake their pushers."""
+        for queue in queues:
+            if queue.behaviour.has_limits and queue.over_limit():
+                await queue.enforce_limits()
+            self.scheduler.wake_new_messages(queue)
+
+    async def append(self, records: list[Record], wait_durable: bool = False) -> None:
+        """Append messages routed earlier (tx commit, dead letters, timers); count them in."""
+        if not records:
+            return
+        await self.store.append(records, wait_durable=wait_durable)
+        woken: set[QueueRuntime] = set()
+        for record in records:
+            for queue_id, _ in record.destinations:
+                queue = self.queues_by_id.get(queue_id)
+                if queue is not None:
+                    queue.count_in(len(record.body), record.flags)
+                    woken.add(queue)
+        await self.stored(woken)
+
+    def _dead_letter(self, letter: DeadLetter) -> None:
+        self.dead_letters.append(letter)
+        self.on_dead_letter()
+
+    async def flush_dead_letters(self) -> int:
+        """Republish what queues dead-lettered since the last call, as one batch."""
+        letters, self.dead_letters = self.dead_letters, []
+        for letter in letters:
+            if letter.to_dlq and letter.dlrk is not None and letter.dlrk not in self.queues:
+                await self._declare_dlq(letter.queue, letter.dlrk)
+        now_ms = time.time_ns() // 1_000_000
+        records = []
+        for letter in letters:
+            record = self._dead_letter_record(letter, now_ms)
+            if record is not None:
+                records.append(record)
+        try:
+            await self.append(records)
+        except StoreError as error:
+            log.error("vhost %r: %d dead letter(s) lost: %s", self.name, len(records), error)
+        return len(records)
+
+    async def _declare_dlq(self, source: str, name: str) -> None:
+        """A backoff queue's dead-letter queue, made on first use, durable like its source."""
+        origin = self.queues.get(source)
+        durable = origin.definition.durable if origin is not None else True
+        definition = QueueDef(vhost=self.name, name=name, durable=durable)
+        try:
+            await self.declare_queue(definition, passive=False, connection_id="")
+            log.info("vhost %r: declared dead-letter queue %r for %r", self.name, name, source)
+        except AMQPError as error:
+            log.error("vhost %r: cannot declare %r: %s", self.name, name, error.reply_text)
+
+    def _dead_letter_record(self, letter: DeadLetter, now_ms: int) -> Record | None:
+        message = republish(letter, now_ms // 1000)
+        headers = decode_properties(message.properties).headers
+        try:
+            routed = self.router.route(message.exchange, message.routing_key, headers)
+        except UnknownExchange:
+            return None  # RabbitMQ drops a dead letter whose exchange is gone
+        except AMQPError:
+            return None
+        targets = sorted(
+            name
+            for name in routed.queues
+            if name in self.queues and not is_cycle(name, letter.reason, message.deaths)
+        )
+        if not targets:
+            return None
+        return Record(
+            message.exchange.encode(),
+            message.routing_key.encode(),
+            message.properties,
+            letter.body,
+            tuple((self.queues[name].queue_id, 0) for name in targets),
+            now_ms,
+            PERSISTENT_FLAG if letter.persistent else 0,
+        )
 
     # -- exchanges -----------------------------------------------------------------------
 

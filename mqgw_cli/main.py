@@ -7,6 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
+from mqgw_cli.queue_commands import add_queue_commands
+
 
 def _storage_check(args: argparse.Namespace) -> int:
     from storage.check import check_store, config_for, repair_store
@@ -108,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub = storage_cmds.add_parser(name, help=text)
         sub.add_argument("data_dir", help="the store directory (e.g. ./data/store)")
         sub.set_defaults(func=_storage_check)
+
+    add_queue_commands(commands)
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench_cmds = bench.add_subparsers(dest="command", required=True)

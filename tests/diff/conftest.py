@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.servers import free_port
 from tests.diff.support import Server
 from tests.harness.processes import GatewayProcess
 from tests.harness.rabbitmq import RabbitMQProcess
@@ -28,7 +29,9 @@ def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQProce
 
 @pytest.fixture(scope="session")
 def diff_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess(tmp_path_factory.mktemp("gateway") / "data").start()
+    # The admin API is on (policies are set through it).
+    admin = ["--admin-port", str(free_port())]
+    process = GatewayProcess(tmp_path_factory.mktemp("gateway") / "data", admin).start()
     yield process
     process.stop()
 
