@@ -29,6 +29,7 @@ class QueueBehaviour:
     max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
     delivery_limit: int | None = None
     consumer_timeout_ms: int | None = None
+    counts_deliveries: bool = False  # quorum-queue style: x-delivery-count on every delivery
 
     @property
     def has_limits(self) -> bool:
@@ -87,4 +88,7 @@ def behaviour_of(
         consumer_timeout_ms=_smaller(
             _int(arg("consumer-timeout")), _int(pol.get("consumer-timeout"))
         ),
+        counts_deliveries=arg("queue-type") == "quorum"
+        or _int(arg("delivery-limit")) is not None
+        or _int(pol.get("delivery-limit")) is not None,
     )

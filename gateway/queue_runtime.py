@@ -45,6 +45,7 @@ REDELIVERED_FLAG = 4  # re-entered its queue after a redelivery backoff
 
 
 DLQ_SUFFIX = ".dlq"
+DELIVERY_COUNT = "x-delivery-count"
 
 
 def wall_ms() -> int:
@@ -277,6 +278,10 @@ class QueueRuntime:
             self.ready_count -= 1
             self.ready_bytes -= len(message.body)
             self.inflight[partition].add(message.queue_offset)
+            if self.behaviour.counts_deliveries:
+                returned = self.returns.get((partition, message.queue_offset), 0)
+                counted = _with_delivery_count(message, returned)
+                message = message._replace(properties=memoryview(counted))
             return partition, message, redelivered or bool(message.flags & REDELIVERED_FLAG)
 
     async def fill(self) -> None:
@@ -342,6 +347,9 @@ class QueueRuntime:
         self.returns.pop((partition, message.queue_offset), None)
         self.commit_dirty = True
         b = self.behaviour
+        if b.counts_deliveries:  # the count is stamped per delivery, not part of the message
+            stripped = pb.set_header(message.properties, DELIVERY_COUNT, "l", None)
+            message = message._replace(properties=memoryview(stripped))
         dlx, dlrk = b.dlx, b.dlrk
         if dlx is None and to_dlq:
             dlx, dlrk = "", self.name + DLQ_SUFFIX
@@ -518,11 +526,5 @@ class QueueRuntime:
 
 
 def _with_delivery_count(message: StoredMessage, count: int) -> bytes:
-    """Quorum-queue style: a returned message carries x-delivery-count on redelivery."""
-    fields = pb.split_properties(message.properties)
-    raw = fields.get(pb.HEADERS)
-    headers = [] if raw is None else pb.split_table(raw)
-    headers = [h for h in headers if h[0] != "x-delivery-count"]
-    headers.append(("x-delivery-count", "l", pb.long(count)))
-    fields[pb.HEADERS] = pb.join_table(headers)
-    return pb.join_properties(fields)
+    """Quorum-queue style: each delivery carries x-delivery-count, the times it came back."""
+    return pb.set_header(message.properties, DELIVERY_COUNT, "l", pb.long(count))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from gateway.amqp import property_bytes as pb
 from gateway.log_timer import LogTimer, TimerItem, TimerMessage
-from gateway.queue_runtime import DLQ_SUFFIX, REDELIVERED_FLAG
+from gateway.queue_runtime import DELIVERY_COUNT, DLQ_SUFFIX, REDELIVERED_FLAG
 from storage import Record, StoredMessage, StoreError
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mqgw.redelivery")
 
 REDELIVERY_KIND = 2  # this feature's kind in the log timer
-DELIVERY_COUNT = "x-delivery-count"
 REDRIVE_BATCH = 500
 _S, _M, _H = 1000, 60_000, 3_600_000
 DEFAULT_LADDER_MS: tuple[int, ...] = (
@@ -54,13 +53,7 @@ def delivery_count(properties: bytes | memoryview) -> int:
 
 
 def with_delivery_count(properties: bytes | memoryview, count: int) -> bytes:
-    fields = pb.split_properties(properties)
-    raw = fields.get(pb.HEADERS)
-    headers = [] if raw is None else pb.split_table(raw)
-    headers = [h for h in headers if h[0] != DELIVERY_COUNT]
-    headers.append((DELIVERY_COUNT, "l", pb.long(count)))
-    fields[pb.HEADERS] = pb.join_table(headers)
-    return pb.join_properties(fields)
+    return pb.set_header(properties, DELIVERY_COUNT, "l", pb.long(count))
 
 
 class Redelivery:
@@ -206,8 +199,4 @@ async def redrive(vhost: VirtualHost, name: str, limit: int) -> tuple[int, int]:
 
 
 def without_delivery_count(properties: bytes | memoryview) -> bytes:
-    fields = pb.split_properties(properties)
-    raw = fields.get(pb.HEADERS)
-    if raw is not None:
-        fields[pb.HEADERS] = pb.join_table(h for h in pb.split_table(raw) if h[0] != DELIVERY_COUNT)
-    return pb.join_properties(fields)
+    return pb.set_header(properties, DELIVERY_COUNT, "l", None)

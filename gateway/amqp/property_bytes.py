@@ -181,3 +181,15 @@ def decode_scalar(tag: str, raw: bytes) -> Any:
         signed = tag in "bsIl"
         return int.from_bytes(raw, "big", signed=signed)
     return None
+
+
+def set_header(properties: bytes | memoryview, key: str, tag: str, raw: bytes | None) -> bytes:
+    """The property bytes with header ``key`` replaced (added last), or removed if raw is None."""
+    fields = split_properties(properties)
+    table = fields.get(HEADERS)
+    headers = [] if table is None else [h for h in split_table(table) if h[0] != key]
+    if raw is not None:
+        headers.append((key, tag, raw))
+    if headers or table is not None:
+        fields[HEADERS] = join_table(headers)
+    return join_properties(fields)

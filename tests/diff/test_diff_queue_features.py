@@ -224,6 +224,32 @@ def describe_confirm(method: Any) -> Any:
     return (method.name, fields.get("delivery_tag"), fields.get("multiple"))
 
 
+def _delivery_limit(server: Server, p: str) -> Any:
+    """x-delivery-limit (quorum-queue style): returns are counted in x-delivery-count; past
+    the limit the message is dead-lettered with reason delivery_limit."""
+    with server.raw() as client:
+        client.open_channel(1)
+        _dead_letter_target(client, p)
+        args = {
+            "x-queue-type": "quorum",
+            "x-delivery-limit": 1,
+            "x-dead-letter-exchange": f"{p}-dlx",
+        }
+        client.rpc(1, c.Queue.Declare(queue=f"{p}-q", durable=True, arguments=args))
+        client.rpc(1, c.Confirm.Select())
+        client.publish(1, "", f"{p}-q", b"poison", c.Basic.Properties(delivery_mode=2))
+        client.next_method(1)
+        seen = []
+        for _ in range(2):
+            _wait_count(client, f"{p}-q", 1)
+            reply = client.rpc(1, c.Basic.Get(queue=f"{p}-q"))
+            method = dict(reply.method)
+            seen.append((method["redelivered"], typed_headers(reply.raw_properties)))
+            client.send(1, c.Basic.Nack(delivery_tag=method["delivery_tag"], requeue=True))
+        dead = _wait_count(client, f"{p}-dead", 1)
+        return seen, dead, _count(client, f"{p}-q"), _get_all(client, f"{p}-dead")
+
+
 def _ttl_zero(server: Server, p: str) -> Any:
     """TTL 0: delivered to a consumer that can take it at once, else gone."""
     conn = server.pika()
@@ -294,6 +320,7 @@ def _expires(server: Server, p: str) -> Any:
         _drop_head_bytes,
         _reject_publish_dlx,
         _reject_publish,
+        _delivery_limit,
         _ttl_zero,
         _missing_dlx,
         _expires,
