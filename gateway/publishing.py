@@ -88,9 +88,7 @@ def route_publish(
             properties.headers = strip_bcc(dict(headers))
             properties_bytes = frame_writer.encode_properties(properties)
     if exchange.type == DELAYED_MESSAGE_EXCHANGE_TYPE and headers:
-        record_flags = PERSISTENT if delivery_mode == 2 else 0
-        if flags & EXPIRATION_FLAG:
-            record_flags |= EXPIRES
+        record_flags = _record_flags(delivery_mode, flags)
         held = hold(session.node.timer, vhost.name, publish, headers, record_flags, now_ms)
         if held is not None:
             # The plugin routes a held message to no queue now: mandatory gets 312 at once.
@@ -123,9 +121,7 @@ def _record(
 ) -> RouteOutcome:
     if not queues:
         return UNROUTED
-    record_flags = PERSISTENT if delivery_mode == 2 else 0
-    if property_flags & EXPIRATION_FLAG:
-        record_flags |= EXPIRES
+    record_flags = _record_flags(delivery_mode, property_flags)
     rejected = False
     size = len(publish.body)
     if any(q.behaviour.rejects_publish for q in queues):
@@ -157,6 +153,12 @@ def _record(
         record_flags,
     )
     return RouteOutcome(record, queues, True, rejected)
+
+
+def _record_flags(delivery_mode: int, property_flags: int) -> int:
+    """The store record's flags: persistent, and whether an expiration is to be read."""
+    flags = PERSISTENT if delivery_mode == 2 else 0
+    return flags | EXPIRES if property_flags & EXPIRATION_FLAG else flags
 
 
 def _check_expiration(expiration: str | None) -> None:
