@@ -124,22 +124,19 @@ def _record(
     record_flags = _record_flags(delivery_mode, property_flags)
     rejected = False
     size = len(publish.body)
-    if any(q.behaviour.rejects_publish for q in queues):
-        accepted = [
-            q for q in queues if not (q.behaviour.rejects_publish and q.would_overflow(size))
-        ]
-        if len(accepted) < len(queues):
-            rejected = True
-            for queue in queues:
-                if queue in accepted:
-                    continue
-                queue.rejected_publishes += 1
-                if queue.behaviour.overflow == "reject-publish-dlx":
-                    queue.dead_letter_publish(publish, properties_bytes, record_flags)
-            queues = accepted
+    for queue in queues:
+        if queue.rejects_publish:  # rare: only queues with x-overflow reject-publish(-dlx)
+            accepted = _refuse_overflow(queues, publish, properties_bytes, record_flags)
+            rejected, queues = accepted is not queues, accepted
             if not queues:
                 return RouteOutcome(None, [], True, True)
-    destinations = tuple((q.queue_id, _partition(channel, q)) for q in queues)
+            break
+    if len(queues) == 1:
+        queue = queues[0]
+        partition = 0 if queue.partitions == 1 else _partition(channel, queue)
+        destinations: tuple[tuple[int, int], ...] = ((queue.queue_id, partition),)
+    else:
+        destinations = tuple((q.queue_id, _partition(channel, q)) for q in queues)
     if not channel.tx_mode:  # tx publishes count once tx.commit has stored them
         for queue in queues:
             queue.count_in(size, record_flags)
@@ -153,6 +150,23 @@ def _record(
         record_flags,
     )
     return RouteOutcome(record, queues, True, rejected)
+
+
+def _refuse_overflow(
+    queues: list[QueueRuntime], publish: Publish, properties: bytes, record_flags: int
+) -> list[QueueRuntime]:
+    """x-overflow reject-publish(-dlx): full queues drop out of the destinations (the
+    publisher is nacked); reject-publish-dlx dead-letters the message from them."""
+    size = len(publish.body)
+    accepted = []
+    for queue in queues:
+        if not (queue.rejects_publish and queue.would_overflow(size)):
+            accepted.append(queue)
+            continue
+        queue.rejected_publishes += 1
+        if queue.behaviour.overflow == "reject-publish-dlx":
+            queue.dead_letter_publish(publish, properties, record_flags)
+    return accepted if len(accepted) < len(queues) else queues
 
 
 def _record_flags(delivery_mode: int, property_flags: int) -> int:

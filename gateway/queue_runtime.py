@@ -20,7 +20,7 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -86,6 +86,7 @@ class QueueRuntime:
         self.partitions = definition.partitions
         self.store = store
         self.behaviour = behaviour or behaviour_of(definition.arguments)
+        self.rejects_publish = self.behaviour.rejects_publish  # read per publish: a plain field
         self.outbox = outbox  # where dead letters go (the vhost's); None: dropped
         self.consumers: list[Consumer] = []
         self._rr = 0
@@ -146,6 +147,7 @@ class QueueRuntime:
 
     def set_behaviour(self, behaviour: QueueBehaviour) -> None:
         self.behaviour = behaviour
+        self.rejects_publish = behaviour.rejects_publish
 
     # -- consumers ------------------------------------------------------------------------
 
@@ -307,6 +309,31 @@ class QueueRuntime:
             self.buffer.extend(fetched[0])
         else:
             self.buffer.extend(heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset))
+
+    def caught_up(self, starts: Mapping[tuple[int, int], int]) -> bool:
+        """Whether messages appended at ``starts`` are the very next ones to read here, and
+        worth holding now: the queue has consumers and has read all partitions to the end."""
+        if not self.exhausted or not self.consumers or self.deleted or self.paused:
+            return False
+        if self.definition.arguments.get("x-consume-mode") == "broadcast":
+            return False  # its consumers read through their own positions
+        if len(self.buffer) >= LOW_WATER:
+            return False
+        qid = self.queue_id
+        cursors = self.cursors
+        if len(cursors) == 1:
+            return starts.get((qid, 0), cursors[0]) == cursors[0]
+        return all(starts.get((qid, p), cursor) == cursor for p, cursor in enumerate(cursors))
+
+    def absorb(self, messages: list[tuple[int, StoredMessage]]) -> bool:
+        """Take just-appended messages from the batch in hand (see caught_up)."""
+        if len(self.buffer) + len(messages) > FETCH_BATCH:
+            return False
+        self.buffer.extend(messages)
+        cursors = self.cursors
+        for partition, _ in messages:
+            cursors[partition] += 1
+        return True
 
     def _lost_to_retention(self, count: int) -> None:
         if count <= 0:

@@ -266,15 +266,17 @@ class Session:
                 channel.next_publish_tag += 1
         end_offset, ok = 0, True
         if records:
+            result = None
             try:
-                end_offset = (await self.node.store.append(records, wait_durable=False)).end_offset
+                result = await self.node.store.append(records, wait_durable=False)
+                end_offset = result.end_offset
             except StoreError as error:
                 ok = False
                 log.error(
                     "connection %s: %d message(s) not stored: %s", self.id, len(records), error
                 )
                 self.vhost.count_out(records)
-            await self.vhost.stored(woken)
+            await self.vhost.stored(woken, records, result)
         if confirms:
             await self._confirm_send.send((confirms, end_offset, ok))
 

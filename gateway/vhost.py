@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from gateway.amqp.errors import AMQPError, NotFound, error_for_code
@@ -22,7 +22,14 @@ from gateway.routing import Router, UnknownExchange
 from meta.errors import MetaError
 from meta.local_store import LocalMetadataStore
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
-from storage import EmbeddedStore, Record, StoreError, UnknownQueue
+from storage import (
+    AppendResult,
+    EmbeddedStore,
+    Record,
+    StoredMessage,
+    StoreError,
+    UnknownQueue,
+)
 
 log = logging.getLogger("mqgw.vhost")
 
@@ -119,18 +126,69 @@ class VirtualHost:
                 if queue is not None:
                     queue.count_out(len(record.body))
 
-    async def stored(self, queues: Iterable[QueueRuntime]) -> None:
-        """Messages were appended to ``queues``: apply drop-head limits, wake their pushers."""
+    async def stored(
+        self,
+        queues: Iterable[QueueRuntime],
+        records: Sequence[Record] = (),
+        result: AppendResult | None = None,
+    ) -> None:
+        """Messages were appended to ``queues``: queues that had read everything take them
+        from the batch in hand (no read back from the store); apply drop-head limits; wake."""
+        absorbed = self._absorb(records, result) if result is not None else set()
         for queue in queues:
             if queue.behaviour.has_limits and queue.over_limit():
                 await queue.enforce_limits()
-            self.scheduler.wake_new_messages(queue)
+            if queue in absorbed:
+                self.scheduler.wake(queue)
+            else:
+                self.scheduler.wake_new_messages(queue)
+
+    def _absorb(self, records: Sequence[Record], result: AppendResult) -> set[QueueRuntime]:
+        """Hand each new message to its queue if that queue is caught up with the store (it
+        has consumers and has read every partition to the end); returns those queues."""
+        starts = result.queue_starts
+        if not starts or len(result.record_offsets) != len(records):
+            return set()
+        by_id = self.queues_by_id
+        next_offset = dict(starts)
+        taken: dict[QueueRuntime, list[tuple[int, StoredMessage]]] = {}
+        refused: set[QueueRuntime] = set()
+        store_ts = result.store_ts_ms
+        for record, commit_offset in zip(records, result.record_offsets, strict=True):
+            for destination in record.destinations:
+                offset = next_offset.get(destination)
+                if offset is None:
+                    continue
+                next_offset[destination] = offset + 1
+                queue = by_id.get(destination[0])
+                if queue is None or queue in refused:
+                    continue
+                messages = taken.get(queue)
+                if messages is None:
+                    if not queue.caught_up(starts):
+                        refused.add(queue)
+                        continue
+                    messages = taken[queue] = []
+                exchange, key, properties, body, _, born, flags = record
+                message = StoredMessage(
+                    offset,
+                    commit_offset,
+                    exchange,
+                    key,
+                    memoryview(properties),
+                    memoryview(body),
+                    born,
+                    store_ts,
+                    flags,
+                )
+                messages.append((destination[1], message))
+        return {queue for queue, messages in taken.items() if queue.absorb(messages)}
 
     async def append(self, records: list[Record], wait_durable: bool = False) -> None:
         """Append messages routed earlier (tx commit, dead letters, timers); count them in."""
         if not records:
             return
-        await self.store.append(records, wait_durable=wait_durable)
+        result = await self.store.append(records, wait_durable=wait_durable)
         woken: set[QueueRuntime] = set()
         for record in records:
             for queue_id, _ in record.destinations:
@@ -138,7 +196,7 @@ class VirtualHost:
                 if queue is not None:
                     queue.count_in(len(record.body), record.flags)
                     woken.add(queue)
-        await self.stored(woken)
+        await self.stored(woken, records, result)
 
     def _dead_letter(self, letter: DeadLetter) -> None:
         self.dead_letters.append(letter)

@@ -88,8 +88,11 @@ class CommitLog:
     def min_offset(self) -> int:
         return self.files.min_offset if self.files.segments else self.write_offset
 
-    def append(self, records: Sequence[Record], store_ts_ms: int) -> tuple[int, list[DispatchRun]]:
-        """Write ``records``; returns the first record's offset and the entries to dispatch."""
+    def append(
+        self, records: Sequence[Record], store_ts_ms: int, offsets: list[int] | None = None
+    ) -> tuple[int, list[DispatchRun]]:
+        """Write ``records``; returns the first record's offset and the entries to dispatch.
+        Each record's offset is appended to ``offsets`` when given."""
         runs: list[DispatchRun] = []
         plan: list[tuple[int, bytes | bytearray, bool]] = []
         pos = self.write_offset
@@ -106,6 +109,7 @@ class CommitLog:
                 self.max_record_bytes,
                 self._dest_cache,
                 runs,
+                offsets,
             )
             if chunk.record_count:
                 plan.append((pos, chunk.data, False))

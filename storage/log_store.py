@@ -287,19 +287,28 @@ class LogStore:
         if self.registry.dirty:
             self.registry.save()
         store_ts = max(self.clock(), self.commit_log.last_store_ts_ms)
-        first, runs = self.commit_log.append(records, store_ts)
+        offsets: list[int] = []
+        first, runs = self.commit_log.append(records, store_ts, offsets)
         undo: list[tuple[ConsumeQueue, int, int]] = []
+        starts: dict[tuple[int, int], int] = {}
         try:
-            self._dispatch(runs, undo)
+            self._dispatch(runs, undo, starts)
         except OSError as exc:
             for cq, max_offset, last_commit in undo:
                 cq.files.truncate_from(max_offset * CQ_ENTRY_SIZE)
                 cq.max_offset, cq.last_commit_offset = max_offset, last_commit
             self.commit_log.truncate_from(start)
             raise StoreWriteError(f"consume queue write failed: {exc}", exc.errno) from exc
-        return AppendResult(first, self.commit_log.write_offset, len(records))
+        return AppendResult(
+            first, self.commit_log.write_offset, len(records), tuple(offsets), starts, store_ts
+        )
 
-    def _dispatch(self, runs: list[DispatchRun], undo: list[tuple[ConsumeQueue, int, int]]) -> None:
+    def _dispatch(
+        self,
+        runs: list[DispatchRun],
+        undo: list[tuple[ConsumeQueue, int, int]],
+        starts: dict[tuple[int, int], int],
+    ) -> None:
         cqs = self.cqs
         for destinations, entries in runs:
             last_commit = CQ_ENTRY.unpack_from(entries, len(entries) - CQ_ENTRY_SIZE)[0]
@@ -308,6 +317,7 @@ class LogStore:
                 if cq is None:
                     continue  # queue deleted between routing and append: nothing to index
                 undo.append((cq, cq.max_offset, cq.last_commit_offset))
+                starts.setdefault(destination, cq.max_offset)
                 cq.append(entries, last_commit)
 
     # -- durability --------------------------------------------------------------------------

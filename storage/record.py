@@ -121,6 +121,7 @@ def encode_chunk(
     max_record_bytes: int,
     dest_cache: DestinationCache,
     runs: list[DispatchRun],
+    offsets: list[int] | None = None,
 ) -> EncodedChunk:
     """Encode records[first:] while they fit in ``space_bytes`` (leaving room for a filler).
 
@@ -182,6 +183,8 @@ def encode_chunk(
                 run = DispatchRun(dests, bytearray())
                 runs.append(run)
             run.entries.extend(entry_pack(offset, size, store_ts_ms))
+        if offsets is not None:
+            offsets.append(offset)
         offset += size
     return EncodedChunk(start_offset, buf, len(records) - first)
 

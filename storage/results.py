@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -14,6 +15,12 @@ class AppendResult(NamedTuple):
     start_offset: int  # commitlog offset of the first record
     end_offset: int  # commitlog offset after the last record
     record_count: int
+    # What the append assigned, so a reader that is caught up can take the new messages from
+    # the batch in hand instead of reading them back: each record's commitlog offset, the
+    # first consume-queue offset written per destination, and the batch's store time.
+    record_offsets: tuple[int, ...] = ()
+    queue_starts: Mapping[tuple[int, int], int] | None = None
+    store_ts_ms: int = 0
 
 
 class ReadStatus(StrEnum):

@@ -221,3 +221,21 @@ def test_a_store_directory_is_locked_and_its_layout_fixed(small_config: StoreCon
     other = StoreConfig(small_config.data_dir, segment_size_bytes=8192, max_record_bytes=1024)
     with pytest.raises(StoreError, match="was created with"):
         LogStore.open(other)
+
+
+def test_append_reports_what_it_assigned(small_config: StoreConfig) -> None:
+    """Commit offsets per record and the first queue offset per destination: what a caught-up
+    reader needs to take new messages from the batch instead of reading them back."""
+    store = LogStore.open(small_config, clock=FakeClock(5000))
+    store.create_queue(1, 2)
+    store.create_queue(2, 1)
+    store.append([rec(b"before", (1, 1))])
+    # Enough records to roll over a 4 KiB segment in the middle of the batch.
+    batch = [rec(b"m%02d" % i + b"." * 100, (1, 1), (2, 0)) for i in range(50)]
+    result = store.append(batch)
+    assert result.queue_starts == {(1, 1): 1, (2, 0): 0}
+    assert result.store_ts_ms == 5000
+    read = store.read(1, 1, 1, max_count=100).messages
+    assert [m.commit_offset for m in read] == list(result.record_offsets)
+    assert [bytes(m.body) for m in read] == [r.body for r in batch]
+    store.close()
