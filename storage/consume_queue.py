@@ -47,6 +47,12 @@ class ConsumeQueue:
         if self.max_offset > self.min_offset:
             self.last_commit_offset = self.entry(self.max_offset - 1)[0]
 
+    def prepare(self) -> None:
+        """Create the first index file of an empty queue (append would, on first use)."""
+        if self.files.last is None:
+            pos = self.max_offset * CQ_ENTRY_SIZE
+            self.files.create(pos - pos % self.files.segment_size)
+
     def set_start(self, logical_offset: int) -> None:
         """For a new queue whose entries begin after offset 0 (never needed on a fresh one)."""
         self.min_offset = self.max_offset = logical_offset

@@ -252,6 +252,10 @@ class LogStore:
             raise ValueError("partitions must be in 1..65535")
         info = QueueInfo(queue_id, partitions, self.commit_log.write_offset)
         self._open_queue(info)
+        for partition in range(partitions):
+            # Its first index file now, not at its first message: with thousands of queues
+            # the first round of publishes would otherwise pay a file creation each.
+            self.cqs[(queue_id, partition)].prepare()
         self.registry.queues[queue_id] = info
         # Saved before the next append (see append): declaring 10,000 queues costs one write,
         # and no record can reach a queue the registry on disk does not know.
