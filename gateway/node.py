@@ -32,6 +32,7 @@ from storage import EmbeddedStore, StoredMessage
 log = logging.getLogger("mqgw.node")
 
 COMMIT_INTERVAL_S = 1.0
+COMMIT_YIELD_EVERY = 256
 
 
 class Node:
@@ -220,9 +221,15 @@ class Node:
         self.scheduler.wake(queue)
 
     async def commit_offsets(self) -> None:
+        committed = 0
         for vhost in self.vhosts.values():
-            for queue in vhost.queues.values():
-                await queue.commit()
+            for queue in list(vhost.queues.values()):
+                if queue.commit_dirty:
+                    await queue.commit()
+                    committed += 1
+                    if committed % COMMIT_YIELD_EVERY == 0:
+                        # 10,000 busy queues: let deliveries run between slices of the pass
+                        await anyio.lowlevel.checkpoint()
         await self.broadcasts.commit()
         await self.timer.commit()
 
