@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from gateway.queue_runtime import PumpResult, QueueRuntime, wall_ms
+from gateway.queue_runtime import FLOW_LOW, PumpResult, QueueRuntime, wall_ms
 
 log = logging.getLogger("mqgw.push")
 
@@ -108,12 +108,17 @@ class PushScheduler:
         if queue.consumers and not queue.paused:
             await queue.fill()
             result = queue.pump(self.quota, now)
+            if queue.caught_up_event is not None and (
+                result is not PumpResult.QUOTA_USED or queue.ready_count <= FLOW_LOW
+            ):
+                queue.release_publishers()
             if result is PumpResult.QUOTA_USED:
                 return True
             if result is PumpResult.NO_MESSAGES and not queue.exhausted:
                 return True  # the last fetch was full: there may be more
             if result is PumpResult.RATE_LIMITED and queue.rate_limit is not None:
                 self._park(queue, queue.rate_limit.next_token_at(now))
+        queue.release_publishers()  # no consumer, or paused: publishers must not wait on it
         # Nobody takes the head now: let what expired leave, and come back when more will.
         behaviour = queue.behaviour
         if behaviour.message_ttl_ms is not None or queue.expirations_seen:

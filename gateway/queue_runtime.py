@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING
 
+import anyio
+
 from gateway.amqp import Publish
 from gateway.amqp import property_bytes as pb
 from gateway.dead_letter import DeadLetter
@@ -39,6 +41,10 @@ log = logging.getLogger("mqgw.queue")
 
 FETCH_BATCH = 256
 LOW_WATER = 64
+# Publish flow control (RabbitMQ's credit flow, per queue): a publisher into a queue whose
+# consumers could take messages but are this far behind is not read until they catch up.
+FLOW_HIGH = 20_000
+FLOW_LOW = 5_000
 PERSISTENT_FLAG = 1  # record flag bits (set by the publisher path)
 EXPIRATION_FLAG = 2  # the message carries an expiration property
 REDELIVERED_FLAG = 4  # re-entered its queue after a redelivery backoff
@@ -103,6 +109,7 @@ class QueueRuntime:
         self.paused = False
         self.rate_limit: TokenBucket | None = None
         self.parked_until = 0.0  # scheduler clock time of this queue's pending timer, if any
+        self.caught_up_event: anyio.Event | None = None  # publishers waiting (flow control)
         self.last_used = time.monotonic()  # for x-expires
         # Exact counts: published = ready + unacked + acked + dead_lettered + dropped.
         self.ready_count = 0
@@ -212,6 +219,23 @@ class QueueRuntime:
         self.ready_count -= 1
         self.ready_bytes -= body_size
         self.enqueued -= 1
+
+    def congested(self) -> bool:
+        """Far behind while a consumer could take messages: its publishers should wait."""
+        return self.ready_count > FLOW_HIGH and any(c.has_credit() for c in self.consumers)
+
+    def caught_up_signal(self) -> anyio.Event:
+        if self.caught_up_event is None:
+            self.caught_up_event = anyio.Event()
+        return self.caught_up_event
+
+    def release_publishers(self) -> None:
+        """Called by the push scheduler after a turn: wake publishers once below FLOW_LOW,
+        or when nobody can take messages now (waiting would not help)."""
+        event = self.caught_up_event
+        if event is not None:
+            self.caught_up_event = None
+            event.set()
 
     def would_overflow(self, body_size: int) -> bool:
         """reject-publish: would one more message of this size pass a limit?"""

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgw.connection")
 
+FLOW_WAIT_MAX_S = 1.0
 HIGH_WATER_BYTES = 4 << 20  # stop delivering to a connection whose output is this far behind
 LOW_WATER_BYTES = 1 << 20
 
@@ -279,6 +280,16 @@ class Session:
             await self.vhost.stored(woken, records, result)
         if confirms:
             await self._confirm_send.send((confirms, end_offset, ok))
+        for queue in woken:
+            if queue.congested():
+                await self._wait_for_consumers(queue)
+
+    async def _wait_for_consumers(self, queue: QueueRuntime) -> None:
+        """Flow control: this connection is not read while a queue it publishes to is far
+        behind its consumers (its TCP window closes, the publisher slows down), as RabbitMQ's
+        credit flow does. Bounded, so a stuck queue cannot hold a publisher for good."""
+        with anyio.move_on_after(FLOW_WAIT_MAX_S):
+            await queue.caught_up_signal().wait()
 
     def _send_return(self, channel: ChannelState, publish: Publish) -> None:
         frames = frame_writer.return_(

@@ -13,7 +13,7 @@ import pytest
 
 from gateway.channel_state import ChannelState, Consumer
 from gateway.push_scheduler import PushScheduler
-from gateway.queue_runtime import QueueRuntime
+from gateway.queue_runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
 from gateway.rate_limit import TokenBucket
 from meta.models import QueueDef
 from storage import EmbeddedStore, FlushPolicy, Record, StoreConfig, open_embedded_store
@@ -235,3 +235,39 @@ def test_ten_thousand_queues_cost_no_tasks(tmp_path: Path, queues: int) -> None:
     before, after, served = anyio.run(scenario)
     assert served == queues
     assert after == before  # 3 push tasks + 1 timer, whatever the number of queues
+
+
+def test_publishers_wait_while_a_consumable_queue_is_far_behind(tmp_path: Path) -> None:
+    """Flow control: congested only while consumers with credit lag FLOW_HIGH messages;
+    waiting publishers are released below FLOW_LOW, or at once when nobody has credit."""
+
+    async def scenario() -> tuple[bool, bool, int, bool, bool]:
+        async with open_embedded_store(_config(tmp_path)) as store:
+            (queue,) = await _queues(store, 1)
+            backlog = FLOW_HIGH + 100
+            await _publish(store, queue, backlog)
+            for _ in range(backlog):
+                queue.count_in(1)
+            session = StubSession()
+            idle = queue.congested()  # no consumer: nobody is behind
+            consumer = _consume(session, queue, no_ack=True)
+            behind = queue.congested()
+            released = queue.caught_up_signal()
+            scheduler = PushScheduler(quota=64)
+            scheduler.wake(queue)
+            turns = 0
+            while not released.is_set():
+                await scheduler.turn()
+                turns += 1
+            ready_at_release = queue.ready_count
+            # A consumer without credit (prefetch full): publishers are let go at once.
+            consumer.no_ack, consumer.prefetch, consumer.unacked = False, 1, 1
+            stuck = queue.caught_up_signal()
+            scheduler.wake(queue)
+            await scheduler.turn()
+            return idle, behind, ready_at_release, stuck.is_set(), queue.congested()
+
+    idle, behind, ready, stuck_released, still_congested = anyio.run(scenario)
+    assert not idle and behind
+    assert FLOW_LOW - 64 < ready <= FLOW_LOW
+    assert stuck_released and not still_congested
