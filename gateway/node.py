@@ -147,16 +147,24 @@ class Node:
         while True:
             await self._dead_letters_waiting.wait()
             self._dead_letters_waiting = anyio.Event()
-            await self.redelivery.flush()
-            for vhost in self.vhosts.values():
-                vhost.on_dead_letter = self._dead_letters_waiting.set
-                if vhost.dead_letters:
-                    await vhost.flush_dead_letters()
+            try:
+                await self.redelivery.flush()
+                for vhost in list(self.vhosts.values()):
+                    vhost.on_dead_letter = self._dead_letters_waiting.set
+                    if vhost.dead_letters:
+                        await vhost.flush_dead_letters()
+            except Exception:
+                # A bug here must not take the node down; what was being handed over is lost.
+                log.exception("dead-letter / backoff hand-over failed")
 
     async def consumer_timeout_loop(self) -> None:
         """Close channels holding a delivery unacked past its queue's consumer timeout."""
+        shortest = float(self.settings.consumer_timeout_ms)
         while True:
-            shortest = await self.check_consumer_timeouts(time.monotonic())
+            try:
+                shortest = await self.check_consumer_timeouts(time.monotonic())
+            except Exception:
+                log.exception("consumer timeout check failed")
             await anyio.sleep(min(1.0, max(0.01, shortest / 4000)))
 
     async def check_consumer_timeouts(self, now: float) -> float:

@@ -306,8 +306,11 @@ class QueueRuntime:
             self.inflight[partition].add(message.queue_offset)
             if self.behaviour.counts_deliveries:
                 returned = self.returns.get((partition, message.queue_offset), 0)
-                counted = _with_delivery_count(message, returned)
-                message = message._replace(properties=memoryview(counted))
+                try:
+                    counted = _with_delivery_count(message, returned)
+                    message = message._replace(properties=memoryview(counted))
+                except pb.PropertyError:
+                    pass  # properties we cannot edit go out as they came in
             return partition, message, redelivered or bool(message.flags & REDELIVERED_FLAG)
 
     async def fill(self) -> None:
@@ -399,8 +402,11 @@ class QueueRuntime:
         self.commit_dirty = True
         b = self.behaviour
         if b.counts_deliveries:  # the count is stamped per delivery, not part of the message
-            stripped = pb.set_header(message.properties, DELIVERY_COUNT, "l", None)
-            message = message._replace(properties=memoryview(stripped))
+            try:
+                stripped = pb.set_header(message.properties, DELIVERY_COUNT, "l", None)
+                message = message._replace(properties=memoryview(stripped))
+            except pb.PropertyError:
+                pass
         dlx, dlrk = b.dlx, b.dlrk
         if dlx is None and to_dlq:
             dlx, dlrk = "", self.name + DLQ_SUFFIX

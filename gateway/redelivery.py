@@ -41,11 +41,13 @@ DEFAULT_LADDER_MS: tuple[int, ...] = (
 
 
 def delivery_count(properties: bytes | memoryview) -> int:
-    """The x-delivery-count header (0 when absent or not an integer)."""
-    raw = pb.split_properties(properties).get(pb.HEADERS)
-    if raw is None:
+    """The x-delivery-count header (0 when absent, not an integer, or unreadable)."""
+    try:
+        raw = pb.split_properties(properties).get(pb.HEADERS)
+        entries = [] if raw is None else pb.split_table(raw)
+    except (pb.PropertyError, IndexError):
         return 0
-    for key, tag, value in pb.split_table(raw):
+    for key, tag, value in entries:
         if key == DELIVERY_COUNT:
             count = pb.decode_scalar(tag, value)
             return count if isinstance(count, int) else 0

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from gateway.amqp.errors import AMQPError, NotFound, error_for_code
 from gateway.amqp.events import decode_properties
+from gateway.amqp.property_bytes import PropertyError
 from gateway.dead_letter import DeadLetter, is_cycle, republish
 from gateway.push_scheduler import PushScheduler
 from gateway.queue_behaviour import QueueBehaviour, behaviour_of
@@ -232,8 +233,13 @@ class VirtualHost:
             log.error("vhost %r: cannot declare %r: %s", self.name, name, error.reply_text)
 
     def _dead_letter_record(self, letter: DeadLetter, now_ms: int) -> Record | None:
-        message = republish(letter, now_ms // 1000)
-        headers = decode_properties(message.properties).headers
+        try:
+            message = republish(letter, now_ms // 1000)
+            headers = decode_properties(message.properties).headers
+        except (PropertyError, IndexError, AMQPError) as error:
+            log.warning("queue %r: a dead letter with unreadable properties dropped: %s",
+                        letter.queue, error)  # fmt: skip
+            return None
         try:
             routed = self.router.route(message.exchange, message.routing_key, headers)
         except UnknownExchange:
