@@ -151,6 +151,15 @@ class ServerConnection:
                 if self._reader.buffered_bytes > PAUSED_BUFFER_MAX_BYTES:
                     self._abort(ResourceError("too much input during the handshake"), events)
                 break
+            if self.state is ConnectionState.OPEN:
+                # The hot path: a whole publish (method, header, body) in one step.
+                publish = self._reader.next_publish(self._channels.accepts_publish)
+                if publish is not None:
+                    try:
+                        self._channels.on_publish(publish, events)
+                    except AMQPError as err:
+                        self._fail(err, publish.channel, events)
+                    continue
             item: RawFrame | ProtocolHeaderReceived | None = None
             try:
                 item = self._reader.next_frame()

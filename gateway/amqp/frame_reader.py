@@ -15,7 +15,7 @@ from its header alone, so an incomplete frame never holds more than
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -34,6 +34,8 @@ PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 
 _FRAME_HEAD = struct.Struct(">BHI")
+_PUBLISH_METHOD = b"\x00\x3c\x00\x28"  # class 60 (basic), method 40 (publish)
+_CONTENT_HEAD = struct.Struct(">HHQ")  # class id, weight, body size
 _MIN_PAYLOAD = {FRAME_METHOD: 4, FRAME_HEADER: 12, FRAME_BODY: 0}
 
 
@@ -54,6 +56,15 @@ class RawFrame(NamedTuple):
     frame_type: int
     channel: int
     payload: bytes
+
+
+class PublishFrames(NamedTuple):
+    """basic.publish + content header + one body frame, cut in one step (payloads only)."""
+
+    channel: int
+    method: bytes
+    header: bytes
+    body: bytes
 
 
 class FrameReader:
@@ -83,6 +94,69 @@ class FrameReader:
     def __iter__(self) -> Iterator[RawFrame | ProtocolHeaderReceived]:
         while (item := self.next_frame()) is not None:
             yield item
+
+    def next_publish(self, accept: Callable[[int], bool]) -> PublishFrames | None:
+        """The fast path for the hot inbound message: basic.publish, its content header and a
+        single body frame, all complete in the buffer and on one channel that ``accept``s
+        them. Anything else, or anything unusual (an oversized or malformed frame, a bad
+        frame-end, a content header of another class or weight, several body frames), is
+        None and left for next_frame, which validates and reports it frame by frame."""
+        if self.broken or self.expect_protocol_header:
+            return None
+        buf, pos = self._buf, self._pos
+        end = len(buf)
+        if end - pos < FRAME_HEADER_SIZE:
+            return None
+        frame_max = self.frame_max
+        kind, channel, size = _FRAME_HEAD.unpack_from(buf, pos)
+        method_start = pos + FRAME_HEADER_SIZE
+        method_end = method_start + size
+        if (
+            kind != FRAME_METHOD
+            or size > frame_max
+            or method_end + 1 + FRAME_HEADER_SIZE > end
+            or buf[method_start : method_start + 4] != _PUBLISH_METHOD
+            or buf[method_end] != FRAME_END
+        ):
+            return None
+        head_pos = method_end + 1
+        kind, head_channel, size = _FRAME_HEAD.unpack_from(buf, head_pos)
+        head_start = head_pos + FRAME_HEADER_SIZE
+        head_end = head_start + size
+        if (
+            kind != FRAME_HEADER
+            or head_channel != channel
+            or not 12 <= size <= frame_max
+            or head_end >= end
+            or buf[head_end] != FRAME_END
+        ):
+            return None
+        class_id, weight, body_size = _CONTENT_HEAD.unpack_from(buf, head_start)
+        if class_id != 60 or weight != 0 or body_size == 0:
+            return None
+        body_pos = head_end + 1
+        if body_pos + FRAME_HEADER_SIZE > end:
+            return None
+        kind, body_channel, size = _FRAME_HEAD.unpack_from(buf, body_pos)
+        body_start = body_pos + FRAME_HEADER_SIZE
+        body_end = body_start + size
+        if (
+            kind != FRAME_BODY
+            or body_channel != channel
+            or size != body_size
+            or size > frame_max
+            or body_end >= end
+            or buf[body_end] != FRAME_END
+            or not accept(channel)
+        ):
+            return None
+        self._pos = body_end + 1
+        return PublishFrames(
+            channel,
+            bytes(buf[method_start:method_end]),
+            bytes(buf[head_start:head_end]),
+            bytes(buf[body_start:body_end]),
+        )
 
     def next_frame(self) -> RawFrame | ProtocolHeaderReceived | None:
         """The next complete frame, or None when more bytes are needed."""
