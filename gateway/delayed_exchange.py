@@ -4,7 +4,8 @@ Checked against the plugin's source and README (rabbit_exchange_type_delayed_mes
 rabbit_delayed_message.erl, rabbit_delayed_message_utils.erl); Debian's rabbitmq-server has no
 such plugin, so there is no differential test:
 - Declaring needs ``x-delayed-type`` naming an existing type (406 otherwise; an unknown type
-  name is 503 "unknown exchange type"). Only a new exchange is validated, as in the plugin.
+  name is 503 "unknown exchange type"). Only a new exchange is validated, as in the plugin
+  (meta/checks.py: check_delayed_exchange).
 - A publish whose ``x-delay`` header is an integer (or a float, truncated; or a numeric
   string) with 0 < x-delay <= 2^32-1 ms is held, then routed through the exchange's
   bindings as they are at delivery time, by the ``x-delayed-type`` rules. Anything else
@@ -26,16 +27,14 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Iterable, Mapping
-from os import PathLike
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import Publish, decode_properties, frame_writer
 from gateway.log_timer import LogTimer, TimerItem, TimerMessage
 from gateway.routing import strip_bcc
-from meta.errors import CommandInvalid, MetaError, PreconditionFailed
-from meta.local_store import LocalMetadataStore
-from meta.models import BUILTIN_EXCHANGE_TYPES, DELAYED_MESSAGE_EXCHANGE_TYPE, ExchangeDef
+from meta.errors import MetaError
+from meta.models import BUILTIN_EXCHANGE_TYPES, DELAYED_MESSAGE_EXCHANGE_TYPE
 from storage import Record
 
 if TYPE_CHECKING:
@@ -162,40 +161,3 @@ def _deliverable(vhost: VirtualHost, m: TimerMessage) -> Record | None:
 def _partition(partitions: int) -> int:
     # Delivery merges a queue's partitions by commit offset, so any partition keeps order.
     return 0 if partitions == 1 else random.randrange(partitions)
-
-
-def check_declare(definition: ExchangeDef, known_types: Iterable[str]) -> None:
-    """The plugin's validate/1, run when a delayed exchange is created."""
-    value = definition.arguments.get(TYPE_ARGUMENT)
-    if isinstance(value, bytes):
-        value = value.decode(errors="replace")
-    if value == DELAYED_MESSAGE_EXCHANGE_TYPE:
-        raise PreconditionFailed(
-            "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'"
-        )
-    if not isinstance(value, str):
-        raise PreconditionFailed(
-            "Invalid argument, 'x-delayed-type' must be an existing exchange type"
-        )
-    if value not in known_types:
-        raise CommandInvalid(f"unknown exchange type '{value}'")
-
-
-class DelayedExchangeMetadata(LocalMetadataStore):
-    """The embedded node's metadata store with the plugin's exchange type registered."""
-
-    def __init__(self, data_dir: str | PathLike[str]) -> None:
-        super().__init__(data_dir, exchange_types=EXCHANGE_TYPES)
-
-    async def declare_exchange(self, definition: ExchangeDef, passive: bool = False) -> ExchangeDef:
-        # After the default-exchange and amq.* checks (the store's own), before creation.
-        name = definition.name
-        if (
-            not passive
-            and definition.type == DELAYED_MESSAGE_EXCHANGE_TYPE
-            and name
-            and not name.startswith("amq.")
-            and await self.get_exchange(definition.vhost, name) is None
-        ):
-            check_declare(definition, BUILTIN_EXCHANGE_TYPES)
-        return await super().declare_exchange(definition, passive)

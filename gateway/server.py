@@ -20,9 +20,10 @@ from anyio.abc import SocketListener
 
 from gateway.admin.app import create_app
 from gateway.connection_io import serve_connection
-from gateway.delayed_exchange import DelayedExchangeMetadata
+from gateway.delayed_exchange import EXCHANGE_TYPES
 from gateway.node import Node
 from gateway.settings import GatewaySettings
+from meta.local_store import LocalMetadataStore
 from storage import open_embedded_store
 
 log = logging.getLogger("mqgw.server")
@@ -32,7 +33,7 @@ async def serve(
     settings: GatewaySettings, on_ready: Callable[[int, int], None] | None = None
 ) -> None:
     async with open_embedded_store(settings.store_config()) as store:
-        meta = DelayedExchangeMetadata(settings.data_dir / "meta")
+        meta = LocalMetadataStore(settings.data_dir / "meta", exchange_types=EXCHANGE_TYPES)
         node = Node(settings, store, meta)
         await node.start()
         _tune_gc()

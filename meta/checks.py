@@ -10,8 +10,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from meta.amqp_values import erlang_repr, erlang_term, erlang_text, infer_type, type_class
-from meta.errors import AccessRefused, PreconditionFailed, ResourceLocked, resource_name
-from meta.models import BindingDef, ExchangeDef, QueueDef
+from meta.errors import (
+    AccessRefused,
+    CommandInvalid,
+    PreconditionFailed,
+    ResourceLocked,
+    resource_name,
+)
+from meta.models import (
+    BUILTIN_EXCHANGE_TYPES,
+    DELAYED_MESSAGE_EXCHANGE_TYPE,
+    BindingDef,
+    ExchangeDef,
+    QueueDef,
+)
 
 QUEUE_TYPE_ARG = "x-queue-type"
 DEFAULT_QUEUE_TYPE = "classic"
@@ -243,3 +255,21 @@ def validate_binding(
                 f"Topic binding key '{binding.routing_key}' uses {hashes} '#' wildcards, "
                 f"at most {max_topic_hash_wildcards} are allowed"
             )
+
+
+def check_delayed_exchange(definition: ExchangeDef) -> None:
+    """rabbitmq-delayed-message-exchange's validate/1, run when such an exchange is created:
+    ``x-delayed-type`` must name another, existing exchange type."""
+    value = definition.arguments.get("x-delayed-type")
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if value == DELAYED_MESSAGE_EXCHANGE_TYPE:
+        raise PreconditionFailed(
+            "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'"
+        )
+    if not isinstance(value, str):
+        raise PreconditionFailed(
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type"
+        )
+    if value not in BUILTIN_EXCHANGE_TYPES:
+        raise CommandInvalid(f"unknown exchange type '{value}'")

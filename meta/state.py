@@ -24,6 +24,7 @@ from meta.errors import (
 )
 from meta.models import (
     BUILTIN_EXCHANGE_TYPES,
+    DELAYED_MESSAGE_EXCHANGE_TYPE,
     PREDECLARED_EXCHANGES,
     BindingDef,
     Deletions,
@@ -164,6 +165,8 @@ class MetadataState:
         checks.check_exchange_name_arg(
             definition.arguments, definition.argument_types, "alternate-exchange", resource
         )
+        if definition.type == DELAYED_MESSAGE_EXCHANGE_TYPE:
+            checks.check_delayed_exchange(definition)  # the plugin's validate/1, on creation
         state.exchanges[definition.name] = definition
         return definition, True
 

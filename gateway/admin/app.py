@@ -90,6 +90,25 @@ def create_app(node: Node) -> FastAPI:
             raise HTTPException(404, f"no queue {missing} in vhost '{vhost}'") from None
         return {"moved": moved, "remaining": remaining}
 
+    @app.get("/api/timer", summary="The log timer: delayed messages and backoff retries")
+    async def timer() -> dict[str, Any]:
+        t = node.timer
+        pending = await t.pending_per_level()
+        return {
+            "levels_ms": list(t.levels_ms),
+            "pending_per_level": pending,
+            "pending": sum(pending),
+            "in_memory": t.in_memory,
+            "fired": t.fired,
+            "hops": t.hops,
+            "dropped": t.dropped,
+            "redelivery": {
+                "scheduled": node.redelivery.scheduled,
+                "returned": node.redelivery.returned,
+                "dropped": node.redelivery.dropped,
+            },
+        }
+
     @app.get("/api/policies", summary="Every policy")
     async def policies() -> list[dict[str, Any]]:
         return [p.model_dump(by_alias=True) for p in await node.meta.list_policies()]

@@ -79,6 +79,11 @@ def test_backoff_ladder_then_dead_letter_queue_then_redrive(tmp_path: Path) -> N
         assert props.headers["x-delivery-count"] == 3
         stats = _queue_stats(gateway, "work")["mqgw"]
         assert (stats["retried"], stats["dead_lettered"]) == (3, 1)
+        url = f"http://127.0.0.1:{gateway.admin_port}/api/timer"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            timer = json.loads(response.read())
+        assert timer["redelivery"] == {"scheduled": 3, "returned": 3, "dropped": 0}
+        assert timer["pending"] == 0 and timer["fired"] == 3
 
         # Another one dies, then `mqgw queue redrive` brings it back, count reset.
         ch.basic_publish("", "work", b"again", pika.BasicProperties(delivery_mode=2))
