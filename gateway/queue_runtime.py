@@ -306,11 +306,7 @@ class QueueRuntime:
             self.inflight[partition].add(message.queue_offset)
             if self.behaviour.counts_deliveries:
                 returned = self.returns.get((partition, message.queue_offset), 0)
-                try:
-                    counted = _with_delivery_count(message, returned)
-                    message = message._replace(properties=memoryview(counted))
-                except pb.PropertyError:
-                    pass  # properties we cannot edit go out as they came in
+                message = _stamped(message, returned)
             return partition, message, redelivered or bool(message.flags & REDELIVERED_FLAG)
 
     async def fill(self) -> None:
@@ -402,11 +398,7 @@ class QueueRuntime:
         self.commit_dirty = True
         b = self.behaviour
         if b.counts_deliveries:  # the count is stamped per delivery, not part of the message
-            try:
-                stripped = pb.set_header(message.properties, DELIVERY_COUNT, "l", None)
-                message = message._replace(properties=memoryview(stripped))
-            except pb.PropertyError:
-                pass
+            message = _stamped(message, None)
         dlx, dlrk = b.dlx, b.dlrk
         if dlx is None and to_dlq:
             dlx, dlrk = "", self.name + DLQ_SUFFIX
@@ -461,10 +453,7 @@ class QueueRuntime:
             if returned > limit:
                 self._gone(partition, message, "delivery_limit")
                 return
-            self.returns[key] = returned
-            message = message._replace(
-                properties=memoryview(_with_delivery_count(message, returned))
-            )
+            self.returns[key] = returned  # take() stamps it on the next delivery
         self.ready_count += 1
         self.ready_bytes += len(message.body)
         heapq.heappush(self.requeued, (message.commit_offset, partition, message))
@@ -582,6 +571,17 @@ class QueueRuntime:
             await self.store.commit_offset(QUEUE_GROUP, self.queue_id, partition, offset)
 
 
-def _with_delivery_count(message: StoredMessage, count: int) -> bytes:
-    """Quorum-queue style: each delivery carries x-delivery-count, the times it came back."""
-    return pb.set_header(message.properties, DELIVERY_COUNT, "l", pb.long(count))
+def with_delivery_count(properties: bytes | memoryview, count: int | None) -> bytes:
+    """The properties with x-delivery-count set to ``count`` (None: removed)."""
+    raw = None if count is None else pb.long(count)
+    return pb.set_header(properties, DELIVERY_COUNT, "l", raw)
+
+
+def _stamped(message: StoredMessage, count: int | None) -> StoredMessage:
+    """Quorum-queue style: each delivery carries x-delivery-count, the times it came back.
+    Properties the broker cannot edit go out as they came in."""
+    try:
+        properties = with_delivery_count(message.properties, count)
+    except pb.PropertyError:
+        return message
+    return message._replace(properties=memoryview(properties))

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING
 
 from gateway.amqp import property_bytes as pb
 from gateway.log_timer import LogTimer, TimerItem, TimerMessage
-from gateway.queue_runtime import DELIVERY_COUNT, DLQ_SUFFIX, REDELIVERED_FLAG
+from gateway.queue_runtime import (
+    DELIVERY_COUNT,
+    DLQ_SUFFIX,
+    REDELIVERED_FLAG,
+    with_delivery_count,
+)
 from storage import Record, StoredMessage, StoreError
 
 if TYPE_CHECKING:
@@ -52,10 +57,6 @@ def delivery_count(properties: bytes | memoryview) -> int:
             count = pb.decode_scalar(tag, value)
             return count if isinstance(count, int) else 0
     return 0
-
-
-def with_delivery_count(properties: bytes | memoryview, count: int) -> bytes:
-    return pb.set_header(properties, DELIVERY_COUNT, "l", pb.long(count))
 
 
 class Redelivery:
@@ -180,7 +181,7 @@ async def redrive(vhost: VirtualHost, name: str, limit: int) -> tuple[int, int]:
             Record(
                 b"",
                 name.encode(),
-                without_delivery_count(message.properties),
+                with_delivery_count(message.properties, None),
                 bytes(message.body),
                 ((target.queue_id, 0),),
                 message.born_ts_ms,
@@ -198,7 +199,3 @@ async def redrive(vhost: VirtualHost, name: str, limit: int) -> tuple[int, int]:
             dlq.settle(partition, message)
         moved += len(taken)
     return moved, await dlq.message_count()
-
-
-def without_delivery_count(properties: bytes | memoryview) -> bytes:
-    return pb.set_header(properties, DELIVERY_COUNT, "l", None)
