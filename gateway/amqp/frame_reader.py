@@ -103,53 +103,22 @@ class FrameReader:
         None and left for next_frame, which validates and reports it frame by frame."""
         if self.broken or self.expect_protocol_header:
             return None
-        buf, pos = self._buf, self._pos
-        end = len(buf)
-        if end - pos < FRAME_HEADER_SIZE:
+        buf = self._buf
+        method = self._complete_frame(self._pos, FRAME_METHOD, None)
+        if method is None or buf[method[1] : method[1] + 4] != _PUBLISH_METHOD:
             return None
-        frame_max = self.frame_max
-        kind, channel, size = _FRAME_HEAD.unpack_from(buf, pos)
-        method_start = pos + FRAME_HEADER_SIZE
-        method_end = method_start + size
-        if (
-            kind != FRAME_METHOD
-            or size > frame_max
-            or method_end + 1 + FRAME_HEADER_SIZE > end
-            or buf[method_start : method_start + 4] != _PUBLISH_METHOD
-            or buf[method_end] != FRAME_END
-        ):
+        channel, method_start, method_end = method
+        head = self._complete_frame(method_end + 1, FRAME_HEADER, channel)
+        if head is None or head[2] - head[1] < 12:
             return None
-        head_pos = method_end + 1
-        kind, head_channel, size = _FRAME_HEAD.unpack_from(buf, head_pos)
-        head_start = head_pos + FRAME_HEADER_SIZE
-        head_end = head_start + size
-        if (
-            kind != FRAME_HEADER
-            or head_channel != channel
-            or not 12 <= size <= frame_max
-            or head_end >= end
-            or buf[head_end] != FRAME_END
-        ):
-            return None
+        _, head_start, head_end = head
         class_id, weight, body_size = _CONTENT_HEAD.unpack_from(buf, head_start)
         if class_id != 60 or weight != 0 or body_size == 0:
             return None
-        body_pos = head_end + 1
-        if body_pos + FRAME_HEADER_SIZE > end:
+        body = self._complete_frame(head_end + 1, FRAME_BODY, channel)
+        if body is None or body[2] - body[1] != body_size or not accept(channel):
             return None
-        kind, body_channel, size = _FRAME_HEAD.unpack_from(buf, body_pos)
-        body_start = body_pos + FRAME_HEADER_SIZE
-        body_end = body_start + size
-        if (
-            kind != FRAME_BODY
-            or body_channel != channel
-            or size != body_size
-            or size > frame_max
-            or body_end >= end
-            or buf[body_end] != FRAME_END
-            or not accept(channel)
-        ):
-            return None
+        _, body_start, body_end = body
         self._pos = body_end + 1
         return PublishFrames(
             channel,
@@ -157,6 +126,27 @@ class FrameReader:
             bytes(buf[head_start:head_end]),
             bytes(buf[body_start:body_end]),
         )
+
+    def _complete_frame(
+        self, pos: int, kind: int, channel: int | None
+    ) -> tuple[int, int, int] | None:
+        """(channel, payload start, payload end) of a whole, well-ended frame of ``kind``
+        (on ``channel`` if given) at ``pos``; None if it is anything else or incomplete."""
+        buf = self._buf
+        if pos + FRAME_HEADER_SIZE > len(buf):
+            return None
+        frame_type, number, size = _FRAME_HEAD.unpack_from(buf, pos)
+        start = pos + FRAME_HEADER_SIZE
+        stop = start + size
+        if (
+            frame_type != kind
+            or (channel is not None and number != channel)
+            or size > self.frame_max
+            or stop >= len(buf)
+            or buf[stop] != FRAME_END
+        ):
+            return None
+        return number, start, stop
 
     def next_frame(self) -> RawFrame | ProtocolHeaderReceived | None:
         """The next complete frame, or None when more bytes are needed."""
