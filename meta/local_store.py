@@ -31,6 +31,7 @@ from meta.models import (
     DEFAULT_VHOST,
     PREDECLARED_EXCHANGES,
     BindingDef,
+    ConsumptionControl,
     Deletions,
     ExchangeDef,
     Permission,
@@ -86,13 +87,16 @@ class LocalMetadataStore:
         *,
         exchange_types: Iterable[str] = BUILTIN_EXCHANGE_TYPES,
         max_topic_hash_wildcards: int | None = checks.MAX_TOPIC_HASH_WILDCARDS,
+        default_user: bool = True,
     ) -> None:
+        self._default_user = default_user
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._path = self._dir / FILE_NAME
         self._users: dict[str, User] = {}
         self._permissions: dict[tuple[str, str], Permission] = {}
         self._policies: dict[tuple[str, str], Policy] = {}
+        self._controls: dict[tuple[str, str, str], ConsumptionControl] = {}
         self._next_queue_id = 1
         self._queue_id_reserved_until = 1  # ids below this may have been handed out
         self._state = MetadataState(
@@ -112,8 +116,11 @@ class LocalMetadataStore:
     # --- persistence ---
 
     def _bootstrap(self) -> None:
-        """A fresh node: vhost '/', user guest/guest (administrator) with full rights."""
+        """A fresh node: vhost '/', user guest/guest (administrator) with full rights, unless
+        the configuration names its own users (RabbitMQ's default_user, first boot only)."""
         self._state.add_vhost(VHost(name=DEFAULT_VHOST))
+        if not self._default_user:
+            return
         self._users["guest"] = User(
             name="guest", password_hash=hash_password("guest"), tags=("administrator",)
         )
@@ -149,6 +156,7 @@ class LocalMetadataStore:
             "users": [_dump(u) for u in self._users.values()],
             "permissions": [_dump(p) for p in self._permissions.values()],
             "policies": [_dump(p) for p in self._policies.values()],
+            "controls": [_dump(c) for c in self._controls.values()],
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
@@ -170,6 +178,9 @@ class LocalMetadataStore:
         for data in document.get("policies", []):
             policy = _load(Policy, data)
             self._policies[(policy.vhost, policy.name)] = policy
+        for data in document.get("controls", []):
+            control = _load(ConsumptionControl, data)
+            self._controls[control.key] = control
         for data in document["permissions"]:
             permission = _load(Permission, data)
             self._permissions[(permission.user, permission.vhost)] = permission
@@ -214,6 +225,8 @@ class LocalMetadataStore:
             del self._permissions[key]
         for key in [k for k in self._policies if k[0] == name]:
             del self._policies[key]
+        for control_key in [k for k in self._controls if k[0] == "queue" and k[1] == name]:
+            del self._controls[control_key]
         await self._commit_if(bool(deletions))
         return deletions
 
@@ -275,6 +288,21 @@ class LocalMetadataStore:
 
     async def list_policies(self, vhost: str | None = None) -> list[Policy]:
         return [p for p in self._policies.values() if vhost is None or p.vhost == vhost]
+
+    # --- consumption controls ---
+
+    async def put_control(self, control: ConsumptionControl) -> None:
+        self._controls[control.key] = control
+        await self._commit()
+
+    async def delete_control(self, scope: str, vhost: str, name: str) -> bool:
+        if self._controls.pop((scope, vhost, name), None) is None:
+            return False
+        await self._commit()
+        return True
+
+    async def list_controls(self) -> list[ConsumptionControl]:
+        return list(self._controls.values())
 
     # --- exchanges ---
 

@@ -87,6 +87,39 @@ class Policy(_Model):
         return self.apply_to in ("queues", "all") and re.search(self.pattern, name) is not None
 
 
+ControlScope = Literal["global", "node", "client", "connection", "queue"]
+# Widest first: for stop/start the narrowest control that applies wins.
+CONTROL_SCOPES: tuple[ControlScope, ...] = ("global", "node", "client", "connection", "queue")
+ControlState = Literal["stopped", "running"]
+
+
+class ConsumptionControl(_Model):
+    """An operator's stop/start and rate limit for a scope of consumers.
+
+    ``name`` is the node name, the client's connection_name or source address, the
+    connection's management name, or the queue's name ("" for global); ``vhost`` is set for
+    the queue scope only. ``state`` None leaves stop/start to wider scopes; a rate of None
+    is no limit. A rate at the global scope is the total over every gateway.
+    """
+
+    scope: ControlScope
+    name: str = ""
+    vhost: str = ""
+    state: ControlState | None = None
+    rate_msgs: float | None = Field(None, gt=0)
+    rate_bytes: float | None = Field(None, gt=0)
+    set_by: str = ""
+    set_at: str = ""  # ISO 8601, UTC
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.scope, self.vhost, self.name)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.state is None and self.rate_msgs is None and self.rate_bytes is None
+
+
 class _WithArguments(_Model):
     arguments: dict[str, Any] = Field(default_factory=dict)
     argument_types: dict[str, str] = Field(default_factory=dict)

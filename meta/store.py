@@ -13,6 +13,7 @@ from typing import Protocol
 
 from meta.models import (
     BindingDef,
+    ConsumptionControl,
     Deletions,
     ExchangeDef,
     Permission,
@@ -36,6 +37,13 @@ class MetadataStore(Protocol):
     async def put_policy(self, policy: Policy) -> None: ...
     async def delete_policy(self, vhost: str, name: str) -> bool: ...
     async def list_policies(self, vhost: str | None = None) -> list[Policy]: ...
+
+    # --- consumption controls ---
+    async def put_control(self, control: ConsumptionControl) -> None:
+        """Create or replace the control of ``control.key``."""
+
+    async def delete_control(self, scope: str, vhost: str, name: str) -> bool: ...
+    async def list_controls(self) -> list[ConsumptionControl]: ...
 
     # --- users and permissions ---
     async def list_users(self) -> list[User]: ...

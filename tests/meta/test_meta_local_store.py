@@ -15,7 +15,15 @@ from meta.errors import (
     ResourceLocked,
 )
 from meta.local_store import FILE_NAME, LocalMetadataStore
-from meta.models import BindingDef, ExchangeDef, Permission, QueueDef, User, VHost
+from meta.models import (
+    BindingDef,
+    ConsumptionControl,
+    ExchangeDef,
+    Permission,
+    QueueDef,
+    User,
+    VHost,
+)
 from meta.password import hash_password
 
 pytestmark = pytest.mark.anyio
@@ -476,3 +484,36 @@ async def test_vhost_and_user_lifecycle(tmp_path: Path) -> None:
     assert not await store.delete_user("guest")
     assert await store.list_permissions() == []
     assert await LocalMetadataStore(tmp_path).get_user("guest") is None
+
+
+async def test_consumption_controls_persist_and_go_with_their_vhost(tmp_path: Path) -> None:
+    store = LocalMetadataStore(tmp_path)
+    await store.add_vhost(VHost(name="shop"))
+    stop = ConsumptionControl(scope="queue", vhost="shop", name="orders", state="stopped")
+    limit = ConsumptionControl(scope="client", name="billing", rate_msgs=200, set_by="adm")
+    await store.put_control(stop)
+    await store.put_control(limit)
+    await store.put_control(limit.model_copy(update={"rate_msgs": 50.0}))  # replaces by key
+    await store.close()
+
+    reopened = LocalMetadataStore(tmp_path)
+    controls = {c.key: c for c in await reopened.list_controls()}
+    assert controls[("queue", "shop", "orders")].state == "stopped"
+    assert controls[("client", "", "billing")].rate_msgs == 50.0
+    assert await reopened.delete_control("client", "", "billing")
+    assert not await reopened.delete_control("client", "", "billing")
+    await reopened.delete_vhost("shop")
+    assert await reopened.list_controls() == []
+    assert await LocalMetadataStore(tmp_path).list_controls() == []
+
+
+async def test_a_configured_node_has_no_guest(tmp_path: Path) -> None:
+    store = LocalMetadataStore(tmp_path, default_user=False)
+    assert await store.get_user("guest") is None
+    assert [v.name for v in await store.list_vhosts()] == ["/"]
+
+
+def test_a_rate_must_be_positive() -> None:
+    for bad in (0, -1):
+        with pytest.raises(ValueError):
+            ConsumptionControl(scope="global", rate_msgs=bad)
