@@ -24,12 +24,15 @@ from gateway.amqp.errors import (
     PreconditionFailed,
 )
 from gateway.channel_state import ChannelState, Consumer, Delivery, TxAction
+from gateway.delayed_exchange import EXCHANGE_TYPES
 from gateway.direct_reply import REPLY_QUEUE
 from gateway.queue_runtime import QueueRuntime
 from gateway.vhost import VirtualHost, amqp_error
 from meta import checks
+from meta.amqp_values import infer_type
 from meta.errors import MetaError
 from meta.models import BindingDef, DestinationType, ExchangeDef, QueueDef
+from meta.state import augment_queue_arguments, server_generated_queue_name
 
 if TYPE_CHECKING:
     from gateway.session import Session
@@ -70,6 +73,84 @@ def _exclusive_check(session: Session, queue: QueueRuntime, class_id: int, metho
         raise amqp_error(error, class_id, method_id) from None
 
 
+# -- permissions (rabbit_channel 3.10: check_<kind>_permitted, in its order) ---------------
+# Each check comes where rabbit_channel makes it: errors RabbitMQ raises earlier (unknown
+# exchange type, default exchange, reserved 'amq.' names) are left to the metadata call,
+# which raises them before anything is changed.
+
+
+def _exchange_name_arg(m: Any, key: str) -> str | None:
+    """rabbit_misc:r_arg/4: the exchange a longstr argument names; None when absent or of
+    another type (the declare refuses that itself, before any permission check)."""
+    arguments = m.arguments or {}
+    if key not in arguments:
+        return None
+    value = arguments[key]
+    if (_argument_types(m).get(key) or infer_type(value)) != "longstr":
+        return None
+    return value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+
+
+async def _authorize_exchange_declare(
+    session: Session, vhost: VirtualHost, m: commands.Exchange.Declare
+) -> None:
+    name = m.exchange
+    if m.passive or not name or m.exchange_type not in EXCHANGE_TYPES:
+        return  # passive: no check; '' and unknown types are refused before the check
+    grants = session.grants
+    grants.require("configure", "exchange", name, 40, 10)
+    if name.startswith("amq.") or await vhost.meta.get_exchange(vhost.name, name) is not None:
+        return  # existing: no alternate-exchange check; 'amq.*' is refused before it
+    alternate = _exchange_name_arg(m, "alternate-exchange")
+    if alternate is not None:
+        grants.require("read", "exchange", name, 40, 10)
+        grants.require("write", "exchange", alternate, 40, 10)
+
+
+def _authorize_binding(
+    session: Session, source: str, destination: str, kind: DestinationType, method_id: int
+) -> None:
+    """rabbit_channel:binding_action/10: write on the destination, read on the source."""
+    class_id = 40 if kind == "exchange" else 50
+    grants = session.grants
+    grants.require("write", kind, destination, class_id, method_id)
+    if source == "" or (kind == "exchange" and destination == ""):
+        return  # check_not_default_exchange refuses it next (in the metadata call)
+    grants.require("read", "exchange", source, class_id, method_id)
+
+
+async def _authorize_queue_declare(
+    session: Session, vhost: VirtualHost, definition: QueueDef, m: commands.Queue.Declare
+) -> None:
+    """configure on the queue; for a new queue with x-dead-letter-exchange also read on it
+    and write on that exchange. A server-named queue is checked under a freshly drawn name
+    (the store draws its own, checked again after the declare)."""
+    name = definition.name
+    if name.startswith("amq."):
+        return  # check_name refuses it before the check
+    if name == "":
+        queue_type = checks.queue_type_of(augment_queue_arguments(definition))
+        if queue_type != checks.DEFAULT_QUEUE_TYPE:
+            return  # "Cannot declare a server-named queue" comes first
+        name, existing = server_generated_queue_name(), False
+    else:
+        existing = await vhost.meta.get_queue(vhost.name, name) is not None
+    _check_queue_declare(session, name, existing, m)
+
+
+def _check_queue_declare(
+    session: Session, name: str, existing: bool, m: commands.Queue.Declare
+) -> None:
+    grants = session.grants
+    grants.require("configure", "queue", name, 50, 10)
+    if existing:
+        return
+    dead_letter_exchange = _exchange_name_arg(m, "x-dead-letter-exchange")
+    if dead_letter_exchange is not None:
+        grants.require("read", "queue", name, 50, 10)
+        grants.require("write", "exchange", dead_letter_exchange, 50, 10)
+
+
 # -- exchange ---------------------------------------------------------------------------
 
 
@@ -86,6 +167,7 @@ async def exchange_declare(
         arguments=dict(m.arguments or {}),
         argument_types=_argument_types(m),
     )
+    await _authorize_exchange_declare(session, _vhost(session), m)
     await _vhost(session).declare_exchange(definition, m.passive)
     _send(session, channel, commands.Exchange.DeclareOk(), m.nowait)
 
@@ -93,6 +175,8 @@ async def exchange_declare(
 async def exchange_delete(
     session: Session, channel: ChannelState, m: commands.Exchange.Delete
 ) -> None:
+    if m.exchange and not m.exchange.startswith("amq."):  # those are refused before the check
+        session.grants.require("configure", "exchange", m.exchange, 40, 20)
     await _vhost(session).delete_exchange(m.exchange, m.if_unused)
     _send(session, channel, commands.Exchange.DeleteOk(), m.nowait)
 
@@ -113,6 +197,7 @@ def _binding(
 
 
 async def exchange_bind(session: Session, channel: ChannelState, m: commands.Exchange.Bind) -> None:
+    _authorize_binding(session, m.source, m.destination, "exchange", 30)
     binding = _binding(session, m, m.source, m.destination, "exchange")
     await _vhost(session).bind(binding, session.id, 40, 30)
     _send(session, channel, commands.Exchange.BindOk(), m.nowait)
@@ -121,6 +206,7 @@ async def exchange_bind(session: Session, channel: ChannelState, m: commands.Exc
 async def exchange_unbind(
     session: Session, channel: ChannelState, m: commands.Exchange.Unbind
 ) -> None:
+    _authorize_binding(session, m.source, m.destination, "exchange", 40)
     binding = _binding(session, m, m.source, m.destination, "exchange")
     await _vhost(session).unbind(binding, session.id, 40, 40)
     _send(session, channel, commands.Exchange.UnbindOk(), m.nowait)
@@ -145,7 +231,16 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
         argument_types=_argument_types(m),
         partitions=session.node.settings.queue_partitions,
     )
+    if not m.passive:  # a passive declare checks no permission
+        await _authorize_queue_declare(session, vhost, definition, m)
     queue = await vhost.declare_queue(definition, m.passive, session.id)
+    if not m.passive and not m.queue:
+        # The store drew its own server-generated name: the checks must hold for it too.
+        try:
+            _check_queue_declare(session, queue.name, False, m)
+        except AccessRefused:
+            await vhost.delete_queue(queue.name, session.id)
+            raise
     queue.last_used = time.monotonic()  # a declare, passive too, renews x-expires
     channel.last_queue = queue.name
     count = await session.node.broadcasts.message_count(queue)
@@ -155,12 +250,14 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
 
 async def queue_bind(session: Session, channel: ChannelState, m: commands.Queue.Bind) -> None:
     queue = _queue_name(channel, m.queue, 50, 20)
+    _authorize_binding(session, m.exchange, queue, "queue", 20)
     await _vhost(session).bind(_binding(session, m, m.exchange, queue, "queue"), session.id, 50, 20)
     _send(session, channel, commands.Queue.BindOk(), m.nowait)
 
 
 async def queue_unbind(session: Session, channel: ChannelState, m: commands.Queue.Unbind) -> None:
     queue = _queue_name(channel, m.queue, 50, 50)
+    _authorize_binding(session, m.exchange, queue, "queue", 50)
     binding = _binding(session, m, m.exchange, queue, "queue")
     await _vhost(session).unbind(binding, session.id, 50, 50)
     _send(session, channel, commands.Queue.UnbindOk())
@@ -168,7 +265,9 @@ async def queue_unbind(session: Session, channel: ChannelState, m: commands.Queu
 
 async def queue_purge(session: Session, channel: ChannelState, m: commands.Queue.Purge) -> None:
     vhost = _vhost(session)
-    queue = vhost.queue(_queue_name(channel, m.queue, 50, 30), 50, 30)
+    name = _queue_name(channel, m.queue, 50, 30)
+    session.grants.require("read", "queue", name, 50, 30)
+    queue = vhost.queue(name, 50, 30)
     _exclusive_check(session, queue, 50, 30)
     count = await session.node.broadcasts.purge(queue)
     _send(session, channel, commands.Queue.PurgeOk(count), m.nowait)
@@ -177,6 +276,7 @@ async def queue_purge(session: Session, channel: ChannelState, m: commands.Queue
 async def queue_delete(session: Session, channel: ChannelState, m: commands.Queue.Delete) -> None:
     vhost = _vhost(session)
     name = _queue_name(channel, m.queue, 50, 40)
+    session.grants.require("configure", "queue", name, 50, 40)
     queue = vhost.queues.get(name)
     count = 0
     if queue is not None:
@@ -228,11 +328,14 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
         await _consume_direct_reply(session, channel, m)
         return
     vhost = _vhost(session)
-    queue = vhost.queue(_queue_name(channel, m.queue, 60, 20), 60, 20)
+    name = _queue_name(channel, m.queue, 60, 20)
+    # rabbit_channel: the tag's reuse, then read on the queue, then the queue itself.
+    if m.consumer_tag in channel.consumers:
+        raise NotAllowed(f"attempt to reuse consumer tag '{m.consumer_tag}'", 60, 20)
+    session.grants.require("read", "queue", name, 60, 20)
+    queue = vhost.queue(name, 60, 20)
     _exclusive_check(session, queue, 60, 20)
     tag = m.consumer_tag or _consumer_tag()
-    if tag in channel.consumers:
-        raise NotAllowed(f"attempt to reuse consumer tag '{tag}'", 60, 20)
     if queue.has_exclusive_consumer or (m.exclusive and queue.consumers):
         raise AccessRefused(
             f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use", 60, 20
@@ -263,10 +366,36 @@ async def basic_cancel(session: Session, channel: ChannelState, m: commands.Basi
         await session.maybe_auto_delete(consumer.queue)
 
 
+def may_get(session: Session, queue: QueueRuntime) -> bool:
+    """basic.get under consumption controls: the same rules as a push (gateway/controls.py)."""
+    if queue.paused or (session.stopped and not queue.control_running):
+        return False
+    now = session.node.scheduler.clock()
+    for bucket in (queue.rate_limit, queue.byte_limit):
+        if bucket is not None and bucket.available(now) < 1:
+            return False
+    return session.limits is None or session.limits.ready()
+
+
+def took_tokens(session: Session, queue: QueueRuntime, body_bytes: int) -> None:
+    now = session.node.scheduler.clock()
+    if queue.rate_limit is not None:
+        queue.rate_limit.take(1, now)
+    if queue.byte_limit is not None:
+        queue.byte_limit.take(body_bytes, now)
+    if session.limits is not None:
+        session.limits.take(body_bytes)
+
+
 async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.Get) -> None:
-    queue = _vhost(session).queue(_queue_name(channel, m.queue, 60, 70), 60, 70)
+    name = _queue_name(channel, m.queue, 60, 70)
+    session.grants.require("read", "queue", name, 60, 70)
+    queue = _vhost(session).queue(name, 60, 70)
     _exclusive_check(session, queue, 60, 70)
     queue.last_used = time.monotonic()
+    if not may_get(session, queue):  # stopped or throttled by an operator: nothing to get
+        _send(session, channel, commands.Basic.GetEmpty())
+        return
     taken = queue.take()
     while taken is None and not queue.exhausted:
         await queue.fill()
@@ -276,6 +405,7 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
         return
     partition, message, redelivered = taken
     queue.delivered += 1
+    took_tokens(session, queue, len(message.body))
     tag = channel.take_tag()
     if m.no_ack:
         queue.settle(partition, message)

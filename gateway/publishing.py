@@ -53,6 +53,9 @@ def route_publish(
     assert vhost is not None
     if publish.immediate:
         raise AMQPNotImplemented("immediate=true", 60, 40)
+    grants = session.grants  # write on the exchange ("" as amq.default), before its lookup
+    if grants.write.get(publish.exchange) is not True:  # a dict read once decided
+        grants.require("write", "exchange", publish.exchange, 60, 40)
     exchange = vhost.router.get_exchange(publish.exchange)
     if exchange is None:
         raise NotFound(f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40)
@@ -78,7 +81,7 @@ def route_publish(
             properties_bytes = frame_writer.encode_properties(properties)
         headers = properties.headers if flags & HEADERS_FLAG else None
         user_id = properties.user_id
-        if user_id is not None and user_id != session.user:
+        if user_id is not None and user_id != session.user and not session.impersonator:
             raise PreconditionFailed(
                 f"user_id property set to '{user_id}' but authenticated user was '{session.user}'",
                 60,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from gateway.access import NO_GRANTS, Grants
 from gateway.amqp import (
     AMQPError,
     AuthRequested,
@@ -28,6 +29,7 @@ from gateway.amqp import (
     Event,
     HeartbeatTimeout,
     Publish,
+    SecretUpdateRequested,
     ServerConnection,
     VHostOpenRequested,
     frame_writer,
@@ -37,6 +39,7 @@ from gateway.channel_state import ChannelState, Consumer, Delivery
 from gateway.handlers import handle_method
 from gateway.publishing import route_publish
 from gateway.queue_runtime import QueueRuntime
+from gateway.rate_limit import Limits
 from storage import Record, StoredMessage, StoreError
 
 if TYPE_CHECKING:
@@ -59,7 +62,8 @@ class Session:
         self.conn = conn
         self.peer = peer
         self.local = local
-        self.id = f"{peer} -> {local}#{node.next_connection_number()}"
+        self.name = f"{peer} -> {local}"  # the management API's connection name
+        self.id = f"{self.name}#{node.next_connection_number()}"
         self.vhost: VirtualHost | None = None
         self.user = ""
         self.opened = False
@@ -71,6 +75,12 @@ class Session:
         self.closing = False
         self.close_reason = ""
         self.published = False  # a publishing connection is paused by the disk alarm
+        # Consumption controls (gateway/controls.py): read by Consumer.has_credit.
+        self.stopped = False
+        self.limits: Limits | None = None
+        # Permissions (gateway/access.py), set when the vhost opens.
+        self.grants: Grants = NO_GRANTS
+        self.impersonator = False
         send, receive = anyio.create_memory_object_stream[ConfirmItem](256)
         self._confirm_send: MemoryObjectSendStream[ConfirmItem] = send
         self.confirm_receive: MemoryObjectReceiveStream[ConfirmItem] = receive
@@ -133,6 +143,8 @@ class Session:
             message.properties,
             body,
         )
+        if self.limits is not None:
+            self.limits.take(len(body))
         # An estimate of the frames' size; take_output() resets it to what was really queued.
         self.pending_bytes += len(body) + 128
         if self.pending_bytes + self.sending_bytes > HIGH_WATER_BYTES:
@@ -170,6 +182,8 @@ class Session:
             await self._authenticate(event)
         elif isinstance(event, VHostOpenRequested):
             await self._open_vhost(event)
+        elif isinstance(event, SecretUpdateRequested):
+            self._update_secret(event)
         elif isinstance(event, ChannelOpened):
             self.channels[event.channel] = ChannelState(event.channel, self)
         elif isinstance(event, ChannelCloseRequested):
@@ -199,7 +213,7 @@ class Session:
             self.conn.close_channel(channel.number, error)
 
     async def _authenticate(self, event: AuthRequested) -> None:
-        user = self.node.authenticate(event.username, event.password)
+        user = await self.node.authenticate(event.username, event.password)
         reason = ""
         if user is None:
             reason = f"user '{event.username}' - invalid credentials"
@@ -225,8 +239,21 @@ class Session:
             )
             await self.handle_events(self.conn.reject_vhost(error))
             return
+        if not self.node.access.may_use_vhost(self.user, vhost.name):
+            # rabbit_access_control:check_vhost_access/4: no permission entry in the vhost.
+            error = NotAllowed(f"access to vhost '{vhost.name}' refused for user '{self.user}'")
+            log.warning("connection %s: %s", self.id, error.reply_text)
+            await self.handle_events(self.conn.reject_vhost(error))
+            return
+        # Decisions cached per resource; the object stays current across permission changes.
+        self.grants = self.node.access.grants(self.user, vhost.name)
+        # rabbit_channel:check_user_id_header/2 lets the 'impersonator' tag publish any
+        # user-id; the tags are those of the login, as RabbitMQ keeps them on the connection.
+        user = await self.node.meta.get_user(self.user)
+        self.impersonator = user is not None and "impersonator" in user.tags
         self.vhost = vhost
         self.opened = True
+        self.node.controls.attach_session(self)
         self.node.open_connections += 1
         log.info(
             "accepting AMQP connection %s (user '%s', vhost '%s')", self.id, self.user, vhost.name
@@ -234,6 +261,21 @@ class Session:
         await self.handle_events(self.conn.accept_vhost())
         if self.node.alarms.blocked:
             self.conn.send_blocked(self.node.block_reason())
+
+    def _update_secret(self, event: SecretUpdateRequested) -> None:
+        """connection.update-secret, as rabbit_reader 3.10 answers it with its internal users.
+
+        rabbit_access_control:update_state/2 passes the new secret only to backends whose
+        state can expire (OAuth 2 tokens); rabbit_auth_backend_internal:state_can_expire()
+        is false, so the user is kept as authenticated and update-secret-ok is sent whatever
+        the secret. The refusal (530 NOT_ALLOWED, conn.refuse_secret_update) is for such
+        backends, which mqgw does not have.
+        """
+        log.info(
+            "connection %s: user '%s' updated secret, reason: %s", self.id, self.user, event.reason
+        )
+        self.conn.accept_secret_update()
+        self.mark_dirty()
 
     # -- publishing -----------------------------------------------------------------------
 
@@ -414,6 +456,7 @@ class Session:
         if self.vhost is not None:
             deletions = await self.node.meta.delete_exclusive_queues(self.id)
             await self.vhost.apply_deletions(deletions)
+        await self.node.controls.session_closed(self)
         if self.opened:
             self.node.open_connections -= 1
             log.info("closing AMQP connection %s (%s)", self.id, self.close_reason or "closed")

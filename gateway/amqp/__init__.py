@@ -20,6 +20,7 @@ from gateway.amqp.events import (
     HeartbeatTimeout,
     ProtocolHeaderRejected,
     Publish,
+    SecretUpdateRequested,
     VHostOpenRequested,
     decode_properties,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "HeartbeatTimeout",
     "ProtocolHeaderRejected",
     "Publish",
+    "SecretUpdateRequested",
     "ServerConnection",
     "VHostOpenRequested",
     "decode_properties",

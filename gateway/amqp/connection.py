@@ -53,12 +53,12 @@ from gateway.amqp.errors import (
 from gateway.amqp.events import (
     AuthRequested,
     ChannelClosed,
-    ChannelMethod,
     ConnectionClosed,
     ConnectionCloseSent,
     Event,
     HeartbeatTimeout,
     ProtocolHeaderRejected,
+    SecretUpdateRequested,
     VHostOpenRequested,
 )
 from gateway.amqp.frame_reader import (
@@ -246,7 +246,8 @@ class ServerConnection:
                 )
             )
         elif isinstance(method, commands.Connection.UpdateSecret) and state is ConnectionState.OPEN:
-            events.append(ChannelMethod(0, method))
+            secret = as_bytes(method.new_secret or b"")
+            events.append(SecretUpdateRequested(secret, str(method.reason or "")))
         else:
             name = RABBIT_STATE_NAMES.get(state, state.value)
             raise ChannelError(f"unexpected method in connection state {name}", *method_ids(method))
@@ -382,6 +383,22 @@ class ServerConnection:
             return []
         error = error or NotAllowed(f"vhost {self.vhost} not found")
         error.with_method(*method_ids(commands.Connection.Open))
+        self._send_close(error)
+        return [ConnectionCloseSent(error)]
+
+    def accept_secret_update(self) -> bool:
+        """The new secret is good: connection.update-secret-ok (False if closed meanwhile)."""
+        return self.send_method(0, commands.Connection.UpdateSecretOk())
+
+    def refuse_secret_update(
+        self, detail: str = "New secret was refused by one of the backends"
+    ) -> list[Event]:
+        """The new secret is refused: rabbit_reader closes the connection with 530
+        NOT_ALLOWED naming connection.update-secret ("Secret update failed" when a backend
+        erred rather than refused)."""
+        if self.state is not ConnectionState.OPEN:
+            return []
+        error = NotAllowed(detail, *method_ids(commands.Connection.UpdateSecret))
         self._send_close(error)
         return [ConnectionCloseSent(error)]
 

@@ -98,11 +98,19 @@ class ChannelClosed:
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelMethod:
-    """Any client method other than basic.publish and channel open/close.
+class SecretUpdateRequested:
+    """connection.update-secret on an open connection: decide, then call
+    accept_secret_update() or refuse_secret_update().
 
-    Channel 0 carries only connection.update-secret.
-    """
+    ``new_secret`` is the raw bytes the client sent (a password or a token)."""
+
+    new_secret: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelMethod:
+    """Any client method other than basic.publish and channel open/close (channel >= 1)."""
 
     channel: int
     method: base.Frame
@@ -205,6 +213,7 @@ Event = (
     | ChannelCloseRequested
     | ChannelClosed
     | ChannelMethod
+    | SecretUpdateRequested
     | Publish
     | ConnectionCloseSent
     | ConnectionClosed

@@ -285,10 +285,28 @@ def test_channel_methods_become_events(conn: ServerConnection) -> None:
     assert evs[2].method.delivery_tag == 5 and evs[2].method.multiple is True
 
 
-def test_update_secret_surfaces_on_channel_zero(conn: ServerConnection) -> None:
+def test_update_secret_is_an_event_then_ok(conn: ServerConnection) -> None:
     evs = conn.receive_data(frame(0, commands.Connection.UpdateSecret("tok", "refresh")))
-    assert evs[0] == events.ChannelMethod(0, evs[0].method)
-    assert evs[0].method.name == "Connection.UpdateSecret"
+    assert evs == [events.SecretUpdateRequested(b"tok", "refresh")]
+    assert conn.accept_secret_update()
+    assert [(n, m.name) for n, m in parse(conn.data_to_send())] == [
+        (0, "Connection.UpdateSecretOk")
+    ]
+
+
+def test_refused_secret_closes_the_connection_530(conn: ServerConnection) -> None:
+    conn.receive_data(frame(0, commands.Connection.UpdateSecret("tok", "refresh")))
+    evs = conn.refuse_secret_update()
+    assert [type(e) for e in evs] == [events.ConnectionCloseSent]
+    close = _hard_close(conn)
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        530,
+        "NOT_ALLOWED - New secret was refused by one of the backends",
+        10,
+        70,
+    )
+    assert conn.refuse_secret_update() == []  # already closing
+    assert not conn.accept_secret_update()
 
 
 def test_undecodable_method_is_frame_error(conn: ServerConnection) -> None:

@@ -43,6 +43,8 @@ class RawClient:
         }
     )
     timeout_s: float = 5.0
+    username: str = "guest"
+    password: str = "guest"
 
     def __post_init__(self) -> None:
         self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout_s)
@@ -61,7 +63,7 @@ class RawClient:
             commands.Connection.StartOk(
                 client_properties={"product": "mqgw-diff", "capabilities": self.capabilities},
                 mechanism="PLAIN",
-                response="\0guest\0guest",
+                response=f"\0{self.username}\0{self.password}",
             ),
         )
         tune = self.wait_method(0, commands.Connection.Tune)
