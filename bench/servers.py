@@ -19,9 +19,10 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from bench.load.connection import RawConnection  # readiness probe: our own raw client
+from bench.load.connection import RawConnection
+from mqgw_cli.admin_client import admin_call  # readiness probe: our own raw client
 
 T = TypeVar("T")
 
@@ -183,6 +184,18 @@ class GatewayServer:
 
     def log(self) -> str:
         return "".join(self.log_lines)
+
+    def admin(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        auth: tuple[str, str] | None = ("guest", "guest"),
+    ) -> tuple[int, Any]:
+        """Call the admin API (basic auth, guest by default): (status, decoded JSON or None)."""
+        user, password = auth or (None, "")
+        base = f"http://127.0.0.1:{self.admin_port}"
+        return admin_call(base, method, path, body, user, password, timeout_s=30)
 
 
 class RabbitMQProcess:

@@ -113,6 +113,7 @@ class BroadcastSubscription(QueueRuntime):
         queue = self.queue
         if queue.paused:
             return PumpResult.PAUSED
+        self.control_running = queue.control_running
         if queue.rate_limit is not self._rate_source:  # the operator changed the queue's limit
             source = self._rate_source = queue.rate_limit
             self.rate_limit = None if source is None else TokenBucket(source.rate_per_s, now)

@@ -31,7 +31,14 @@ class Consumer:
 
     def has_credit(self) -> bool:
         channel = self.channel
-        if not channel.flow_active or not channel.session.writable or channel.closing:
+        session = channel.session
+        if not channel.flow_active or not session.writable or channel.closing:
+            return False
+        # An operator's stop of the connection (unless the queue's own control says run) and
+        # the connection's rate limits (gateway/controls.py).
+        if session.stopped and not self.queue.control_running:
+            return False
+        if session.limits is not None and not session.limits.ready():
             return False
         if self.no_ack:
             return True

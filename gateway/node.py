@@ -11,14 +11,15 @@ from itertools import count
 import anyio
 from pamqp import commands
 
+from gateway.access import Access
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
 from gateway.broadcast import Broadcasts, BroadcastScheduler
 from gateway.channel_state import ChannelState
+from gateway.controls import Controls
 from gateway.delayed_exchange import DELAYED_KIND, DelayedDelivery
 from gateway.direct_reply import DirectReplies
 from gateway.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
 from gateway.queue_runtime import QueueRuntime
-from gateway.rate_limit import TokenBucket
 from gateway.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
 from gateway.resource_alarm import Alarms, ResourceAlarm
 from gateway.session import Session
@@ -26,7 +27,7 @@ from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
 from meta.models import Permission, Policy, User, VHost
-from meta.password import check_password, hash_password
+from meta.password import hash_password
 from storage import EmbeddedStore, StoredMessage
 
 log = logging.getLogger("mqgw.node")
@@ -50,7 +51,9 @@ class Node:
         self.sessions: set[Session] = set()
         self.open_connections = 0
         self._numbers = count(1)
-        self._users: dict[str, User] = {}
+        self.name = settings.node_name
+        self.access = Access(meta)
+        self.controls = Controls(self)
         # Disk: "on above" a shortfall reading (limit - free), so both alarms read upwards.
         self.disk_alarm = ResourceAlarm("disk", 0)
         backlog = settings.store_backlog_limit_bytes
@@ -70,51 +73,83 @@ class Node:
         self._dead_letters_waiting = anyio.Event()
         self.scheduler.on_unused = self._delete_unused
 
+    def gateway_count(self) -> int:
+        """Gateways sharing cluster-wide rate limits (an embedded node is alone)."""
+        return 1
+
     def next_connection_number(self) -> int:
         return next(self._numbers)
 
     async def start(self) -> None:
         """Apply configured users and vhosts, rebuild vhosts, drop transient leftovers."""
+        guest = await self.meta.get_user("guest")
         for name in self.settings.vhosts:
+            new = await self.meta.get_vhost(name) is None
             await self.meta.add_vhost(VHost(name=name))
+            if new and guest is not None and not self.settings.users:
+                # First boot without configured users: guest may use the configured vhosts,
+                # as the configured users may (RabbitMQ's default_permissions).
+                await self.meta.set_permission(Permission(user="guest", vhost=name))
         for user in self.settings.users:
             stored = User(
                 name=user.name, password_hash=hash_password(user.password), tags=tuple(user.tags)
             )
             await self.meta.put_user(stored)
-            self._users[user.name] = stored
             for vhost_name in self.settings.vhosts:
                 await self.meta.set_permission(Permission(user=user.name, vhost=vhost_name))
         for policy in self.settings.policies:
             await self.meta.put_policy(Policy.model_validate(policy.model_dump()))
+        await self.access.load()
+        await self.controls.load()
         known: set[int] = {TIMER_QUEUE_ID}
         for vhost_def in await self.meta.list_vhosts():
-            vhost = VirtualHost(
-                vhost_def.name,
-                self.meta,
-                self.store,
-                self.scheduler,
-                self.settings.queue_partitions,
-            )
-            vhost.on_queue_deleted = self._queue_deleted
-            vhost.on_dead_letter = self._dead_letters_waiting.set
-            await vhost.load()
-            self.vhosts[vhost.name] = vhost
+            vhost = await self._open_vhost(vhost_def.name)
             known.update(vhost.queues_by_id)
         for queue_id in await self.store.queues():
             if queue_id not in known:  # a transient queue from before a restart
                 await self.store.delete_queue(queue_id)
         await self.timer.start()
 
-    def authenticate(self, username: str, password: bytes) -> User | None:
-        user = self._users.get(username)
-        if user is None:
-            return None
+    async def _open_vhost(self, name: str) -> VirtualHost:
+        vhost = VirtualHost(
+            name, self.meta, self.store, self.scheduler, self.settings.queue_partitions
+        )
+        vhost.on_queue_deleted = self._queue_deleted
+        vhost.on_queue_attached = self.controls.attach_queue
+        vhost.on_dead_letter = self._dead_letters_waiting.set
+        await vhost.load()
+        self.vhosts[vhost.name] = vhost
+        return vhost
+
+    async def add_vhost(self, definition: VHost) -> None:
+        """Create a vhost at run time (the admin API, definitions import)."""
+        await self.meta.add_vhost(definition)
+        if definition.name not in self.vhosts:
+            await self._open_vhost(definition.name)
+            log.info("vhost %r created", definition.name)
+
+    async def delete_vhost(self, name: str) -> None:
+        """Delete a vhost and everything in it; its connections are closed with 320."""
+        vhost = self.vhosts.pop(name, None)
+        error = ConnectionForced(f"vhost '{name}' is deleted")
+        for session in list(self.sessions):
+            if session.vhost is vhost:
+                session.conn.close(error)
+                session.mark_dirty()
+                await session.release()
+        deletions = await self.meta.delete_vhost(name)
+        self.access.forget_vhost(name)
+        await self.controls.forget_vhost(name)
+        if vhost is not None:
+            await vhost.apply_deletions(deletions)
+        log.info("vhost %r deleted", name)
+
+    async def authenticate(self, username: str, password: bytes) -> User | None:
         try:
             text = password.decode()
         except UnicodeDecodeError:
             return None
-        return user if check_password(text, user.password_hash) else None
+        return await self.meta.authenticate(username, text)
 
     def _queue_deleted(self, queue: QueueRuntime) -> None:
         """Consumers of a deleted queue are cancelled; clients that can hear it are told."""
@@ -210,23 +245,6 @@ class Node:
     def queue(self, vhost: str, name: str) -> QueueRuntime | None:
         host = self.vhosts.get(vhost)
         return None if host is None else host.queues.get(name)
-
-    def pause_queue(self, queue: QueueRuntime) -> None:
-        """Stop deliveries from the queue (takes effect at its next turn)."""
-        queue.paused = True
-        log.info("consumption paused: queue %r", queue.name)
-
-    def resume_queue(self, queue: QueueRuntime) -> None:
-        queue.paused = False
-        log.info("consumption resumed: queue %r", queue.name)
-        self.scheduler.wake(queue)
-
-    def set_rate_limit(self, queue: QueueRuntime, msgs_per_s: float | None) -> None:
-        """Limit the queue's deliveries to ``msgs_per_s`` (None: no limit)."""
-        now = self.scheduler.clock()
-        queue.rate_limit = None if msgs_per_s is None else TokenBucket(msgs_per_s, now)
-        log.info("rate limit of queue %r: %s msgs/s", queue.name, msgs_per_s or "none")
-        self.scheduler.wake(queue)
 
     async def commit_offsets(self) -> None:
         committed = 0

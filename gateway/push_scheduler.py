@@ -116,8 +116,8 @@ class PushScheduler:
                 return True
             if result is PumpResult.NO_MESSAGES and not queue.exhausted:
                 return True  # the last fetch was full: there may be more
-            if result is PumpResult.RATE_LIMITED and queue.rate_limit is not None:
-                self._park(queue, queue.rate_limit.next_token_at(now))
+            if result is PumpResult.RATE_LIMITED:
+                self._park(queue, queue.rate_wake_at)
         queue.release_publishers()  # no consumer, or paused: publishers must not wait on it
         # Nobody takes the head now: let what expired leave, and come back when more will.
         behaviour = queue.behaviour

@@ -106,8 +106,12 @@ class QueueRuntime:
         self.rewake = False
         self.deleted = False
         self.commit_dirty = False
+        # Consumption controls (gateway/controls.py): the queue's own stop/run and limits.
         self.paused = False
+        self.control_running = False  # its control says run: wider stops do not apply here
         self.rate_limit: TokenBucket | None = None
+        self.byte_limit: TokenBucket | None = None
+        self.rate_wake_at = 0.0  # when a rate-limited pump may deliver again
         self.parked_until = 0.0  # scheduler clock time of this queue's pending timer, if any
         self.caught_up_event: anyio.Event | None = None  # publishers waiting (flow control)
         self.last_used = time.monotonic()  # for x-expires
@@ -505,14 +509,19 @@ class QueueRuntime:
         if limit is not None:
             quota = min(quota, limit.available(now))
             if quota <= 0:
+                self.rate_wake_at = limit.next_token_at(now)
                 return PumpResult.RATE_LIMITED
+        byte_limit = self.byte_limit
+        if byte_limit is not None and byte_limit.available(now) < 1:
+            self.rate_wake_at = byte_limit.next_token_at(now)
+            return PumpResult.RATE_LIMITED
         before = self.delivered
-        result = self._pump(quota)
+        result = self._pump(quota, byte_limit, now)
         if limit is not None:
             limit.take(self.delivered - before, now)
         return result
 
-    def _pump(self, quota: int) -> PumpResult:
+    def _pump(self, quota: int, byte_limit: TokenBucket | None, now: float) -> PumpResult:
         delivered = 0
         now_ms = wall_ms()
         while delivered < quota:
@@ -520,7 +529,7 @@ class QueueRuntime:
                 return PumpResult.NO_MESSAGES
             consumer = self.next_consumer()
             if consumer is None:
-                return PumpResult.NO_CREDIT
+                return self._no_consumer_ready()
             taken = self.take(now_ms)
             if taken is None:
                 return PumpResult.NO_MESSAGES
@@ -528,7 +537,26 @@ class QueueRuntime:
             consumer.channel.session.deliver(consumer, self, partition, message, redelivered)
             delivered += 1
             self.delivered += 1
+            if byte_limit is not None:
+                byte_limit.take(len(message.body), now)
+                if byte_limit.available(now) < 1:
+                    self.rate_wake_at = byte_limit.next_token_at(now)
+                    return PumpResult.RATE_LIMITED
         return PumpResult.QUOTA_USED
+
+    def _no_consumer_ready(self) -> PumpResult:
+        """No consumer can take a message: out of credit, or held by its connection's rate
+        limit (then the scheduler wakes the queue when the first of them has a token)."""
+        wake_at: float | None = None
+        for consumer in self.consumers:
+            limits = consumer.channel.session.limits
+            if limits is not None and not limits.ready():
+                at = limits.next_at()
+                wake_at = at if wake_at is None else min(wake_at, at)
+        if wake_at is None:
+            return PumpResult.NO_CREDIT
+        self.rate_wake_at = wake_at
+        return PumpResult.RATE_LIMITED
 
     # -- counts and offsets ---------------------------------------------------------------
 

@@ -1,7 +1,9 @@
-"""A token bucket for consumption rate limits (per queue now; per connection and cluster-wide
-scopes come with the admin API). Time is passed in, so tests need no sleeping."""
+"""Token buckets for consumption rate limits (gateway/controls.py sets them per scope).
+Time is passed in, so tests need no sleeping."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 
 class TokenBucket:
@@ -34,3 +36,41 @@ class TokenBucket:
         self._refill(now)
         missing = 1.0 - self.tokens
         return now if missing <= 0 else now + missing / self.rate_per_s
+
+
+class Limits:
+    """The rate limits that apply to one connection's deliveries: every bucket must hold a
+    whole token. Message buckets pay one token a delivery, byte buckets the body size (a byte
+    bucket may go into debt, so a message larger than its burst still goes, and the average
+    holds). Buckets are shared: a node's or a client's limit is one bucket for all its
+    connections."""
+
+    __slots__ = ("byte_buckets", "clock", "msg_buckets")
+
+    def __init__(
+        self,
+        msg_buckets: tuple[TokenBucket, ...],
+        byte_buckets: tuple[TokenBucket, ...],
+        clock: Callable[[], float],
+    ) -> None:
+        self.msg_buckets = msg_buckets
+        self.byte_buckets = byte_buckets
+        self.clock = clock
+
+    def ready(self) -> bool:
+        now = self.clock()
+        return all(b.available(now) >= 1 for b in self.msg_buckets) and all(
+            b.available(now) >= 1 for b in self.byte_buckets
+        )
+
+    def take(self, body_bytes: int) -> None:
+        now = self.clock()
+        for bucket in self.msg_buckets:
+            bucket.take(1, now)
+        for bucket in self.byte_buckets:
+            bucket.take(body_bytes, now)
+
+    def next_at(self) -> float:
+        """When every bucket will hold a token again."""
+        now = self.clock()
+        return max(b.next_token_at(now) for b in self.msg_buckets + self.byte_buckets)

@@ -33,7 +33,11 @@ async def serve(
     settings: GatewaySettings, on_ready: Callable[[int, int], None] | None = None
 ) -> None:
     async with open_embedded_store(settings.store_config()) as store:
-        meta = LocalMetadataStore(settings.data_dir / "meta", exchange_types=EXCHANGE_TYPES)
+        meta = LocalMetadataStore(
+            settings.data_dir / "meta",
+            exchange_types=EXCHANGE_TYPES,
+            default_user=not settings.users,
+        )
         node = Node(settings, store, meta)
         await node.start()
         _tune_gc()

@@ -17,6 +17,7 @@ The config file is TOML, e.g.:
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,8 @@ class PolicySetting(BaseModel):
     apply_to: str = "all"
 
 
-def _default_users() -> list[UserSetting]:
-    return [UserSetting(name="guest", password="guest", tags=["administrator"])]
+def _default_node_name() -> str:
+    return f"mqgw@{socket.gethostname()}"
 
 
 class GatewaySettings(BaseSettings):
@@ -58,12 +59,15 @@ class GatewaySettings(BaseSettings):
     config_file: Path | None = None
     amqp_host: str = "0.0.0.0"  # RabbitMQ listens on every interface; guest stays loopback-only
     amqp_port: int = 5672
-    admin_host: str = "0.0.0.0"
+    admin_host: str = "127.0.0.1"  # the admin API stays on loopback unless configured
+    node_name: str = Field(default_factory=_default_node_name)  # the node scope of controls
     admin_port: int = 15672  # 0 disables the admin HTTP listener
     data_dir: Path = Path("data")
 
     vhosts: list[str] = Field(default_factory=lambda: ["/"])
-    users: list[UserSetting] = Field(default_factory=_default_users)
+    # Applied at every start (the file wins for the users it names). A fresh data directory
+    # with no users configured gets guest/guest (administrator), as RabbitMQ's first boot.
+    users: list[UserSetting] = Field(default_factory=list)
     loopback_users: list[str] = Field(default_factory=lambda: ["guest"])
     policies: list[PolicySetting] = Field(default_factory=list)
 

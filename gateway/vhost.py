@@ -67,6 +67,7 @@ class VirtualHost:
         self.queues: dict[str, QueueRuntime] = {}
         self.queues_by_id: dict[int, QueueRuntime] = {}
         self.on_queue_deleted: Callable[[QueueRuntime], None] = lambda _q: None
+        self.on_queue_attached: Callable[[QueueRuntime], None] = lambda _q: None
         self.policies: list[Policy] = []
         self.dead_letters: list[DeadLetter] = []
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
@@ -91,6 +92,7 @@ class VirtualHost:
         await runtime.start()
         self.queues[definition.name] = runtime
         self.queues_by_id[definition.queue_id] = runtime
+        self.on_queue_attached(runtime)  # consumption controls in force for it
         self.scheduler.wake(runtime)  # TTL and x-expires start counting now
         return runtime
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 from rich.console import Console
 
+from mqgw_cli.admin_client import DEFAULT_ADMIN_URL, AdminUnreachable, admin_call
 
-def _call(base: str, method: str, path: str) -> Any:
-    request = urllib.request.Request(base.rstrip("/") + path, method=method)
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read() or b"null")
+
+def add_admin_options(parser: argparse.ArgumentParser) -> None:
+    """--admin, --user, --password: where the admin API is and who calls it."""
+    parser.add_argument("--admin", default=DEFAULT_ADMIN_URL, help="admin API base URL")
+    parser.add_argument("--user", default="guest", help="admin user (default guest)")
+    parser.add_argument("--password", default="guest", help="its password")
 
 
 def redrive(args: argparse.Namespace) -> int:
@@ -27,16 +28,16 @@ def redrive(args: argparse.Namespace) -> int:
     total = 0
     try:
         while True:
-            result = _call(args.admin, "POST", path)
+            status, result = admin_call(args.admin, "POST", path, None, args.user, args.password)
+            if status != 200:
+                console.print(f"redrive failed: {status} {(result or {}).get('reason', '')}")
+                return 1
             total += result["moved"]
             console.print(f"redrive {args.queue}: {total} moved, {result['remaining']} left")
             if result["moved"] == 0 or result["remaining"] == 0:
                 break
-    except urllib.error.HTTPError as error:
-        console.print(f"redrive failed: {error.code} {error.read().decode(errors='replace')}")
-        return 1
-    except urllib.error.URLError as error:
-        console.print(f"cannot reach the admin API at {args.admin}: {error.reason}")
+    except AdminUnreachable as error:
+        console.print(str(error))
         return 1
     print(json.dumps({"queue": args.queue, "vhost": args.vhost, "moved": total}))
     return 0
@@ -50,6 +51,6 @@ def add_queue_commands(commands: Any) -> None:
     )
     sub.add_argument("queue")
     sub.add_argument("--vhost", default="/")
-    sub.add_argument("--admin", default="http://127.0.0.1:15672", help="admin API base URL")
+    add_admin_options(sub)
     sub.add_argument("--batch", type=int, default=10_000, help="messages per call")
     sub.set_defaults(func=redrive)

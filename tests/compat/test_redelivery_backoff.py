@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,9 @@ def _gateway(data: Path, ladder: list[int] | None = None) -> GatewayProcess:
 
 
 def _queue_stats(gateway: GatewayProcess, name: str) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{gateway.admin_port}/api/queues/%2F/{name}"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        stats: dict[str, Any] = json.loads(response.read())
-        return stats
+    status, stats = gateway.admin("GET", f"/api/queues/%2F/{name}")
+    assert status == 200, stats
+    return dict(stats)
 
 
 def _nack_until_dead(ch: Any, queue: str) -> list[tuple[float, bool, int | None]]:
@@ -79,9 +77,8 @@ def test_backoff_ladder_then_dead_letter_queue_then_redrive(tmp_path: Path) -> N
         assert props.headers["x-delivery-count"] == 3
         stats = _queue_stats(gateway, "work")["mqgw"]
         assert (stats["retried"], stats["dead_lettered"]) == (3, 1)
-        url = f"http://127.0.0.1:{gateway.admin_port}/api/timer"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            timer = json.loads(response.read())
+        status, timer = gateway.admin("GET", "/api/timer")
+        assert status == 200, timer
         assert timer["redelivery"] == {"scheduled": 3, "returned": 3, "dropped": 0}
         assert timer["pending"] == 0 and timer["fired"] == 3
 

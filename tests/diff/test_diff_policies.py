@@ -6,7 +6,6 @@ takes effect on the existing queue."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -34,16 +33,13 @@ def policy_setters(
             )
 
     def on_gateway(name: str, pattern: str | None, definition: dict[str, Any]) -> None:
-        url = f"http://127.0.0.1:{diff_gateway.admin_port}/api/policies/%2F/{name}"
+        path = f"/api/policies/%2F/{name}"
         if pattern is None:
-            request = urllib.request.Request(url, method="DELETE")
+            status, answer = diff_gateway.admin("DELETE", path)
         else:
             body = {"pattern": pattern, "definition": definition, "apply-to": "queues"}
-            request = urllib.request.Request(
-                url, json.dumps(body).encode(), {"content-type": "application/json"}, method="PUT"
-            )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status in (201, 204)
+            status, answer = diff_gateway.admin("PUT", path, body)
+        assert status in (201, 204), answer
 
     return {"rabbitmq": on_rabbitmq, "gateway": on_gateway}
 

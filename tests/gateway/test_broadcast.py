@@ -34,6 +34,8 @@ class StubSession:
     """Books deliveries exactly as the real session does; records who got what."""
 
     writable = True
+    stopped = False  # consumption controls: none in force
+    limits = None
 
     def __init__(self) -> None:
         self.deliveries: list[tuple[str, bytes, bool]] = []

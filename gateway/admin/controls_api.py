@@ -1,0 +1,155 @@
+"""Consumption controls over HTTP: stop, start and throttle deliveries by scope.
+
+``PUT /api/controls/{scope path}`` with ``{"state": "stopped"|"running", "rate_msgs": N|null,
+"rate_bytes": N|null}`` merges into the scope's control (a field left out keeps its value,
+null clears it); ``DELETE`` removes the control; ``GET /api/controls`` lists them all.
+Scope paths: ``global``, ``nodes/{node}``, ``clients/{connection_name or address}``,
+``connections/{connection name}``, ``queues/{vhost}/{queue}``. Reading needs ``monitoring``,
+changing ``administrator``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.admin.auth import ADMINISTRATOR, MONITORING, requires
+from gateway.admin.paths import SlashRoute
+from gateway.controls import Key, key_of
+from meta.models import ConsumptionControl, ControlScope, User
+
+if TYPE_CHECKING:
+    from gateway.node import Node
+
+# strict: "100", true and NaN are refused rather than read as numbers.
+Rate = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
+
+
+class ControlBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    state: Literal["stopped", "running"] | None = None
+    rate_msgs: Rate | None = None
+    rate_bytes: Rate | None = None
+
+
+def control_json(control: ConsumptionControl) -> dict[str, Any]:
+    return control.model_dump()
+
+
+def routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    monitoring = Depends(requires(MONITORING, node))
+    administrator = Depends(requires(ADMINISTRATOR, node))
+    controls = node.controls
+
+    def checked(key: Key) -> Key:
+        """404 for a scope that names nothing this node knows (clients may come later)."""
+        scope, vhost, name = key
+        if scope == "node" and name != node.name:
+            raise HTTPException(404, f"no node '{name}' (this node is '{node.name}')")
+        if scope == "connection" and not any(s.name == name for s in node.sessions):
+            raise HTTPException(404, f"no open connection '{name}'")
+        if scope == "client" and not name:
+            raise HTTPException(404, "no client given")
+        if scope == "queue":
+            if vhost not in node.vhosts:
+                raise HTTPException(404, f"no vhost '{vhost}'")
+            if name not in node.vhosts[vhost].queues:
+                raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
+        return key
+
+    async def put(key: Key, body: ControlBody, user: User) -> Response | dict[str, Any]:
+        changes = body.model_dump(include=body.model_fields_set)
+        if not changes:
+            raise HTTPException(400, "give at least one of state, rate_msgs, rate_bytes")
+        control = await controls.update(checked(key), changes, user.name)
+        if control.is_empty:
+            return Response(status_code=204)
+        return control_json(control)
+
+    async def delete(key: Key) -> Response:
+        if not await controls.clear(key):
+            raise HTTPException(404, "no control at this scope")
+        return Response(status_code=204)
+
+    def get(key: Key) -> dict[str, Any]:
+        control = controls.get(key)
+        if control is None:
+            raise HTTPException(404, "no control at this scope")
+        return control_json(control)
+
+    @router.get("/api/controls", summary="Every consumption control in force")
+    async def list_controls(_user: User = monitoring) -> list[dict[str, Any]]:
+        return [control_json(c) for c in controls.all()]
+
+    # One GET/PUT/DELETE triple per scope; the path says which.
+    @router.get("/api/controls/global", summary="The global control")
+    async def get_global(_user: User = monitoring) -> dict[str, Any]:
+        return get(key_of("global"))
+
+    @router.put(
+        "/api/controls/global",
+        response_model=None,
+        summary="Stop, start or throttle every consumer",
+    )
+    async def put_global(
+        body: Annotated[ControlBody, Body()], user: User = administrator
+    ) -> Response | dict[str, Any]:
+        return await put(key_of("global"), body, user)
+
+    @router.delete("/api/controls/global", status_code=204, summary="Clear the global control")
+    async def delete_global(_user: User = administrator) -> Response:
+        return await delete(key_of("global"))
+
+    def add_named_scope(segment: str, scope: ControlScope, what: str) -> None:
+        """GET/PUT/DELETE /api/controls/{segment}/{name} for a scope named by one string."""
+
+        @router.get(f"/api/controls/{segment}/{{name}}", summary=f"The control of {what}")
+        async def get_named(name: str, _user: User = monitoring) -> dict[str, Any]:
+            return get(key_of(scope, name=name))
+
+        @router.put(
+            f"/api/controls/{segment}/{{name}}",
+            response_model=None,
+            summary=f"Stop, start or throttle {what}",
+        )
+        async def put_named(
+            name: str, body: Annotated[ControlBody, Body()], user: User = administrator
+        ) -> Response | dict[str, Any]:
+            return await put(key_of(scope, name=name), body, user)
+
+        @router.delete(
+            f"/api/controls/{segment}/{{name}}", status_code=204, summary=f"Clear {what}'s"
+        )
+        async def delete_named(name: str, _user: User = administrator) -> Response:
+            return await delete(key_of(scope, name=name))
+
+    add_named_scope("nodes", "node", "one gateway node")
+    add_named_scope(
+        "clients",
+        "client",
+        "every connection with this connection_name or source address, now and later",
+    )
+    add_named_scope("connections", "connection", "one open connection ('127.0.0.1:51234 -> …')")
+
+    @router.get("/api/controls/queues/{vhost}/{name}", summary="A queue's control")
+    async def get_queue(vhost: str, name: str, _user: User = monitoring) -> dict[str, Any]:
+        return get(key_of("queue", vhost, name))
+
+    @router.put(
+        "/api/controls/queues/{vhost}/{name}",
+        response_model=None,
+        summary="Stop, start or throttle a queue",
+    )
+    async def put_queue(
+        vhost: str, name: str, body: Annotated[ControlBody, Body()], user: User = administrator
+    ) -> Response | dict[str, Any]:
+        return await put(key_of("queue", vhost, name), body, user)
+
+    @router.delete("/api/controls/queues/{vhost}/{name}", status_code=204, summary="Clear it")
+    async def delete_queue(vhost: str, name: str, _user: User = administrator) -> Response:
+        return await delete(key_of("queue", vhost, name))
+
+    return router

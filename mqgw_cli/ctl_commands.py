@@ -1,0 +1,119 @@
+"""`mqgw ctl stop|start|throttle|clear SCOPE`, `mqgw ctl list`: consumption controls over the
+admin API (PUT/DELETE /api/controls/...).
+
+SCOPE is ``global``, ``node:NAME``, ``client:NAME`` (a connection_name or a source address),
+``connection:NAME`` (``'127.0.0.1:51234 -> 127.0.0.1:5672'``) or ``queue:NAME`` (with
+``--vhost``, default ``/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.parse
+from typing import Any
+
+from mqgw_cli.admin_client import AdminUnreachable, admin_call
+from mqgw_cli.queue_commands import add_admin_options
+
+SCOPE_FORMS = "global | node:N | client:N | connection:N | queue:N"
+_SEGMENTS = {"node": "nodes", "client": "clients", "connection": "connections"}
+
+
+def scope_path(scope: str, vhost: str) -> str:
+    """The /api/controls/... path of a SCOPE argument; ValueError if it names no scope."""
+    if scope == "global":
+        return "/api/controls/global"
+    kind, sep, name = scope.partition(":")
+    if not sep or not name:
+        raise ValueError(
+            f"bad scope {scope!r}: use global, node:N, client:N, connection:N, queue:N"
+        )
+    quoted = urllib.parse.quote(name, safe="")
+    if kind == "queue":
+        return f"/api/controls/queues/{urllib.parse.quote(vhost, safe='')}/{quoted}"
+    if kind not in _SEGMENTS:
+        raise ValueError(f"unknown scope kind {kind!r}: use node, client, connection or queue")
+    return f"/api/controls/{_SEGMENTS[kind]}/{quoted}"
+
+
+def _rate(text: str) -> float | None:
+    """A rate from the command line: a positive number, or 'none' to lift the limit."""
+    if text.lower() in ("none", "null", "off"):
+        return None
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("a rate must be a positive number (or 'none')")
+    return value
+
+
+def _body(args: argparse.Namespace) -> dict[str, Any]:
+    if args.action == "stop":
+        return {"state": "stopped"}
+    if args.action == "start":
+        return {"state": "running"}
+    body: dict[str, Any] = {}
+    if args.rate is not _NOT_GIVEN:
+        body["rate_msgs"] = args.rate
+    if args.rate_bytes is not _NOT_GIVEN:
+        body["rate_bytes"] = args.rate_bytes
+    if not body:
+        raise ValueError("throttle needs --rate N and/or --rate-bytes N ('none' lifts one)")
+    return body
+
+
+def run_ctl(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "list":
+            status, answer = admin_call(args.admin, "GET", "/api/controls", None, *_auth(args))
+        else:
+            path = scope_path(args.scope, args.vhost)
+            if args.action == "clear":
+                status, answer = admin_call(args.admin, "DELETE", path, None, *_auth(args))
+            else:
+                status, answer = admin_call(args.admin, "PUT", path, _body(args), *_auth(args))
+    except (ValueError, AdminUnreachable) as error:
+        print(f"mqgw ctl: {error}", file=sys.stderr)
+        return 2 if isinstance(error, ValueError) else 1
+    if status >= 400:
+        reason = answer.get("reason", answer) if isinstance(answer, dict) else answer
+        print(f"mqgw ctl {args.action}: {status} {reason}", file=sys.stderr)
+        return 1
+    if answer is not None:
+        print(json.dumps(answer, indent=1))
+    elif args.action != "list":
+        print(f"{args.scope}: control cleared", file=sys.stderr)
+    return 0
+
+
+def _auth(args: argparse.Namespace) -> tuple[str, str]:
+    return args.user, args.password
+
+
+_NOT_GIVEN: Any = object()
+
+
+def add_ctl_commands(commands: Any) -> None:
+    ctl = commands.add_parser("ctl", help="stop, start and throttle consumption (admin API)")
+    actions = ctl.add_subparsers(dest="action", required=True)
+    helps = {
+        "stop": "no new deliveries to the consumers in SCOPE (unacked ones stay theirs)",
+        "start": "deliveries resume (overrides a stop of a wider scope)",
+        "throttle": "limit deliveries in SCOPE to --rate msgs/s and/or --rate-bytes bytes/s",
+        "clear": "remove SCOPE's control (wider scopes decide again)",
+    }
+    for action, text in helps.items():
+        sub = actions.add_parser(action, help=text)
+        sub.add_argument("scope", metavar="SCOPE", help=SCOPE_FORMS)
+        sub.add_argument("--vhost", default="/", help="the queue's vhost (default /)")
+        if action == "throttle":
+            sub.add_argument("--rate", type=_rate, default=_NOT_GIVEN, help="msgs/s, or none")
+            sub.add_argument(
+                "--rate-bytes", type=_rate, default=_NOT_GIVEN, help="bytes/s, or none"
+            )
+        add_admin_options(sub)
+        sub.set_defaults(func=run_ctl)
+    listing = actions.add_parser("list", help="every control in force")
+    add_admin_options(listing)
+    listing.set_defaults(func=run_ctl)
