@@ -7,6 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
+from mqgw_cli.ctl_commands import add_ctl_commands
+from mqgw_cli.definitions_commands import add_definitions_commands
 from mqgw_cli.queue_commands import add_queue_commands
 
 
@@ -112,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=_storage_check)
 
     add_queue_commands(commands)
+    add_ctl_commands(commands)
+    add_definitions_commands(commands)
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench_cmds = bench.add_subparsers(dest="command", required=True)
