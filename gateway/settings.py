@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import (
@@ -82,6 +82,23 @@ class GatewaySettings(BaseSettings):
     consumer_timeout_ms: int = 30 * 60 * 1000
     redelivery_ladder_ms: list[int] | None = None  # backoff steps (None: 1s 5s 10s ... 2h)
     timer_levels_ms: list[int] | None = None  # the log timer's delay levels (None: default)
+
+    # TLS (RabbitMQ: listeners.ssl.default, ssl_options.*, management.ssl.*). tls_port 0: off.
+    tls_port: int = 0
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    tls_verify: Literal["none", "peer"] = "none"
+    tls_fail_if_no_peer_cert: bool = False
+    tls_versions: list[str] = Field(default_factory=lambda: ["tlsv1.2", "tlsv1.3"])
+    tls_ciphers: str | None = None  # an OpenSSL cipher string; None: the library's defaults
+    admin_tls_cert: Path | None = None  # set both to serve the admin API over HTTPS
+    admin_tls_key: Path | None = None
+
+    # Handshake and resources (RabbitMQ: handshake_timeout, vm_memory_high_watermark).
+    handshake_timeout_ms: int = 10_000
+    max_connections_per_address: int = 0  # 0: unlimited
+    memory_high_watermark: float = 0.4  # <= 1: fraction of RAM (or cgroup limit); > 1: bytes
 
     flush: FlushPolicy = FlushPolicy.SYNC
     segment_size_bytes: int = 1 << 30
