@@ -40,10 +40,14 @@ async def serve_connection(node: Node, stream: SocketStream) -> None:
         _address(stream, remote=True),
         _address(stream, remote=False),
     )
+    if not node.admit(session):
+        await stream.aclose()
+        return
     node.sessions.add(session)
     try:
         async with stream, anyio.create_task_group() as tg:
             writer_done = anyio.Event()
+            tg.start_soon(_handshake_watchdog, session, stream, settings.handshake_timeout_ms)
             tg.start_soon(_write_loop, session, stream, writer_done)
             tg.start_soon(session.confirm_loop)
             await _read_loop(session, stream)
@@ -92,6 +96,25 @@ async def _read_loop(session: Session, stream: SocketStream) -> None:
             return
         await session.handle_events(conn.receive_data(data))
         session.mark_dirty()
+
+
+async def _handshake_watchdog(session: Session, stream: SocketStream, timeout_ms: int) -> None:
+    """RabbitMQ's handshake_timeout: a client that has not opened its vhost within the
+    timeout (protocol header, start-ok, tune-ok, open) is disconnected, with a log line."""
+    if timeout_ms <= 0:
+        return
+    with anyio.move_on_after(timeout_ms / 1000):
+        await session.vhost_opened.wait()
+        return
+    if session.opened or session.closing:
+        return
+    state = session.conn.state.value
+    session.close_reason = f"handshake timeout ({timeout_ms} ms) in state {state}"
+    log.warning(
+        "closing connection %s from %s: no handshake within %d ms (state %s)",
+        session.id, session.peer, timeout_ms, state,
+    )  # fmt: skip
+    await stream.aclose()
 
 
 async def _flush(session: Session, stream: SocketStream) -> None:

@@ -11,6 +11,7 @@ from itertools import count
 import anyio
 from pamqp import commands
 
+from gateway import memory
 from gateway.access import Access
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
 from gateway.broadcast import Broadcasts, BroadcastScheduler
@@ -58,7 +59,11 @@ class Node:
         self.disk_alarm = ResourceAlarm("disk", 0)
         backlog = settings.store_backlog_limit_bytes
         self.store_alarm = ResourceAlarm("store backlog", backlog, backlog // 4)
-        self.alarms = Alarms(self.disk_alarm, self.store_alarm)
+        limit = memory.high_watermark_bytes(
+            settings.memory_high_watermark, memory.machine_bytes(), memory.cgroup_limit_bytes()
+        )
+        self.memory_alarm = ResourceAlarm("memory", limit, int(limit * 0.9))
+        self.alarms = Alarms(self.disk_alarm, self.store_alarm, self.memory_alarm)
         self.direct_replies = DirectReplies()
         self.timer = LogTimer(
             store,
@@ -72,6 +77,21 @@ class Node:
         self.timer.register(REDELIVERY_KIND, self.redelivery.fire)
         self._dead_letters_waiting = anyio.Event()
         self.scheduler.on_unused = self._delete_unused
+
+    def admit(self, session: Session) -> bool:
+        """max_connections_per_address: refuse a socket from an address already at the cap
+        (before the handshake, so it costs nothing; RabbitMQ has no such cap built in)."""
+        cap = self.settings.max_connections_per_address
+        if not cap:
+            return True
+        host = session.peer.rsplit(":", 1)[0]
+        count = sum(1 for s in self.sessions if s.peer.rsplit(":", 1)[0] == host)
+        if count < cap:
+            return True
+        log.warning(
+            "refusing connection from %s: %d connections from this address (the cap)", host, cap
+        )
+        return False
 
     def gateway_count(self) -> int:
         """Gateways sharing cluster-wide rate limits (an embedded node is alone)."""
@@ -271,9 +291,12 @@ class Node:
         free = shutil.disk_usage(self.settings.data_dir).free
         shortfall = self.settings.min_free_disk_bytes - free
         backlog = await self.store.backlog_bytes()
+        resident = memory.resident_bytes()
+        limit = self.memory_alarm.on_above
         for alarm, reading, detail in (
             (self.disk_alarm, shortfall, f"{free} bytes free"),
             (self.store_alarm, backlog, f"{backlog} bytes not yet durable"),
+            (self.memory_alarm, resident, f"{resident} bytes resident, limit {limit}"),
         ):
             change = alarm.update(reading)
             if change is True:
@@ -286,7 +309,36 @@ class Node:
                 session.notify_blocked(self.alarms.blocked, self.block_reason())
 
     def block_reason(self) -> str:
-        return "low on disk" if self.disk_alarm.blocked else "store is behind"
+        if self.disk_alarm.blocked:
+            return "low on disk"
+        return "low on memory" if self.memory_alarm.blocked else "store is behind"
+
+    def memory_breakdown(self) -> dict[str, int]:
+        """Where the gateway's memory goes (bytes; message bodies counted by their size)."""
+        output = unacked = unacked_count = buffered = buffered_count = 0
+        for session in self.sessions:
+            output += session.pending_bytes + session.sending_bytes
+            for channel in session.channels.values():
+                unacked_count += len(channel.unacked)
+                unacked += sum(len(d.message.body) for d in channel.unacked.values())
+        queues = 0
+        for vhost in self.vhosts.values():
+            for queue in vhost.queues.values():
+                queues += 1
+                buffered_count += len(queue.buffer) + len(queue.requeued)
+                buffered += sum(len(m.body) for _, m in queue.buffer)
+                buffered += sum(len(m.body) for _, _, m in queue.requeued)
+        return {
+            "resident": memory.resident_bytes(),
+            "high_watermark": self.memory_alarm.on_above,
+            "connection_output_buffers": output,
+            "unacked_deliveries": unacked,
+            "unacked_delivery_count": unacked_count,
+            "queue_read_buffers": buffered,
+            "queue_buffered_count": buffered_count,
+            "queues": queues,
+            "connections": len(self.sessions),
+        }
 
     async def shutdown(self, grace_s: float = 3.0) -> None:
         """Close every connection with 320 CONNECTION_FORCED and wait for them to finish."""

@@ -80,6 +80,7 @@ class Session:
         self.limits: Limits | None = None
         # Permissions (gateway/access.py), set when the vhost opens.
         self.grants: Grants = NO_GRANTS
+        self.vhost_opened = anyio.Event()  # the handshake is over (handshake_timeout)
         self.impersonator = False
         send, receive = anyio.create_memory_object_stream[ConfirmItem](256)
         self._confirm_send: MemoryObjectSendStream[ConfirmItem] = send
@@ -253,6 +254,7 @@ class Session:
         self.impersonator = user is not None and "impersonator" in user.tags
         self.vhost = vhost
         self.opened = True
+        self.vhost_opened.set()
         self.node.controls.attach_session(self)
         self.node.open_connections += 1
         log.info(

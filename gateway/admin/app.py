@@ -81,6 +81,8 @@ def create_app(node: Node) -> FastAPI:
             "connections": node.open_connections,
             "vhosts": sorted(node.vhosts),
             "queues": sum(len(v.queues) for v in node.vhosts.values()),
+            "alarms": [a.name for a in node.alarms.alarms if a.blocked],
+            "memory": node.memory_breakdown(),
         }
 
     for module in (queues_api, access_api, connections_api, controls_api, definitions_api):

@@ -1,0 +1,46 @@
+"""The memory alarm's readings: this process's resident memory, the machine's (or the
+cgroup's) limit, and where the gateway's own memory goes.
+
+RabbitMQ blocks publishers at ``vm_memory_high_watermark`` (0.4 of RAM or of the cgroup
+limit); ``memory_high_watermark`` means the same here: a fraction when <= 1, else bytes.
+The alarm clears 10 % below the limit so that it does not flap.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+_NO_CGROUP_LIMIT = 1 << 60  # cgroup v1 reports "no limit" as a huge number
+
+
+def resident_bytes(statm: Path = Path("/proc/self/statm")) -> int:
+    """The process's resident set size."""
+    return int(statm.read_text().split()[1]) * _PAGE_BYTES
+
+
+def machine_bytes() -> int:
+    return int(os.sysconf("SC_PHYS_PAGES")) * _PAGE_BYTES
+
+
+def cgroup_limit_bytes(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The memory limit of this process's cgroup (v2 or v1), None when there is none."""
+    for candidate in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
+        try:
+            text = candidate.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        value = int(text)
+        return None if value >= _NO_CGROUP_LIMIT else value
+    return None
+
+
+def high_watermark_bytes(watermark: float, total: int, cgroup: int | None) -> int:
+    """The alarm's limit: a fraction of the memory available to us, or absolute bytes."""
+    if watermark > 1:
+        return int(watermark)
+    available = total if cgroup is None else min(total, cgroup)
+    return int(available * watermark)
