@@ -17,6 +17,10 @@ from storage.errors import DiskFull, StoreWriteError
 from storage.file_system import FileSystem
 from storage.record import (
     BLANK_SIZE,
+    DEST_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    MESSAGE_MAGIC,
     DestinationCache,
     DispatchRun,
     Record,
@@ -54,7 +58,6 @@ class CommitLog:
         self.sealed_ts_ms: dict[int, int] = {}  # segment start -> store ts of its last record
         self.dirty: dict[int, Segment] = {}
         self._dest_cache = DestinationCache()
-        self._scan_chunk = max(_SCAN_CHUNK_BYTES, max_record_bytes + BLANK_SIZE)
 
     def load(self) -> None:
         self.files.load()
@@ -172,13 +175,17 @@ class CommitLog:
             avail = segment.written - rel
             if avail <= 0:
                 return ScanEnd(pos, "")
-            buf = self.files.fs.pread(segment.fd, min(avail, self._scan_chunk), rel)
+            buf = self.files.fs.pread(segment.fd, min(avail, _SCAN_CHUNK_BYTES), rel)
             p = 0
             while p < len(buf):
                 found = check_record(buf, p, pos)
                 if not found.size:
                     if found.problem.startswith("truncated") and p > 0:
                         break  # the record continues past this chunk: read again from it
+                    whole = self._read_large_record(segment, rel, buf, pos, avail)
+                    if whole is not None:
+                        buf = whole  # a record larger than the chunk: validate it whole
+                        continue
                     return ScanEnd(pos, found.problem)
                 if found.is_blank:
                     if pos + found.size != segment.start + self.segment_size:
@@ -189,6 +196,24 @@ class CommitLog:
                     visit(pos, buf, p, found.size)
                 p += found.size
                 pos += found.size
+
+    def _read_large_record(
+        self, segment: Segment, rel: int, buf: bytes, pos: int, avail: int
+    ) -> bytes | None:
+        """The whole record at ``pos`` when it is longer than ``buf`` (the first chunk read
+        there), within max_record_bytes and the segment's data, and its header agrees (offset,
+        field lengths): memory stays bounded by real records, not by a damaged size field."""
+        if len(buf) < HEADER_SIZE:
+            return None
+        fields = HEADER.unpack_from(buf, 0)
+        size = fields[0]
+        if not len(buf) < size <= min(avail, self.max_record_bytes):
+            return None
+        body_end = HEADER_SIZE + DEST_SIZE * fields[7] + sum(fields[8:12])
+        if fields[1] != MESSAGE_MAGIC or fields[3] != pos or body_end != size:
+            return None
+        whole = self.files.fs.pread(segment.fd, size, rel)
+        return whole if len(whole) == size else None
 
     def truncate_from(self, offset: int) -> None:
         self.files.truncate_from(offset)

@@ -140,11 +140,20 @@ class LogStore:
 
     @classmethod
     def open(
-        cls, config: StoreConfig, fs: FileSystem | None = None, clock: Clock | None = None
+        cls,
+        config: StoreConfig,
+        fs: FileSystem | None = None,
+        clock: Clock | None = None,
+        held_lock_fd: int | None = None,
     ) -> LogStore:
-        """Open (creating if needed) and recover. Raises CorruptionError for mid-log damage."""
+        """Open (creating if needed) and recover. Raises CorruptionError for mid-log damage.
+
+        ``held_lock_fd``: the LOCK file's descriptor, already flock'd by the caller (`mqgw
+        storage repair` holds it across its whole run); used as is and left open at close.
+        """
         store = cls(config, fs or FileSystem(), clock or wall_clock_ms)
-        store._lock()
+        if held_lock_fd is None:
+            store._lock()
         try:
             store._check_layout()
             store.registry.load()
@@ -203,7 +212,7 @@ class LogStore:
         for cq in self.cqs.values():
             cq.close()
         if self._lock_fd >= 0:
-            os.close(self._lock_fd)
+            os.close(self._lock_fd)  # only set when open() took the lock itself
             self._lock_fd = -1
         self._closed = True
 

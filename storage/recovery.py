@@ -18,7 +18,18 @@ from typing import TYPE_CHECKING
 
 from storage.commit_log import CommitLog, ScanEnd
 from storage.errors import CorruptionError
-from storage.record import CQ_ENTRY, DEST, DEST_SIZE, HEAD, HEADER, HEADER_SIZE, check_record
+from storage.record import (
+    BLANK_MAGIC,
+    BLANK_SIZE,
+    CQ_ENTRY,
+    DEST,
+    DEST_SIZE,
+    HEAD,
+    HEADER,
+    HEADER_SIZE,
+    HOLE_MAGIC,
+    check_record,
+)
 from storage.results import RecoveryReport
 from storage.segment_files import segment_name
 from storage.state_files import Checkpoint
@@ -95,17 +106,26 @@ def next_valid_offset(commit_log: CommitLog, bad: int) -> int | None:
         head = files.fs.pread(segment.fd, HEAD.size, bad - segment.start)
         if len(head) == HEAD.size:
             size = int(HEAD.unpack(head)[0])
-            if HEADER_SIZE <= size <= commit_log.max_record_bytes:
-                nxt = bad + size
-                buf = files.read(nxt, commit_log.max_record_bytes + HEADER_SIZE)
-                if buf and check_record(buf, 0, nxt).size:
-                    return nxt
+            if HEADER_SIZE <= size <= commit_log.max_record_bytes and record_starts_at(
+                commit_log, bad + size
+            ):
+                return bad + size
     for later in files.segments:
-        if later.start > bad and later.written:
-            buf = files.fs.pread(later.fd, min(later.written, commit_log.max_record_bytes), 0)
-            if check_record(buf, 0, later.start).size:
-                return later.start
+        if later.start > bad and later.written and record_starts_at(commit_log, later.start):
+            return later.start
     return None
+
+
+def record_starts_at(commit_log: CommitLog, offset: int) -> bool:
+    """Does a valid record (or filler, or hole) start at ``offset``? Reads only its size."""
+    head = commit_log.files.read(offset, HEAD.size)
+    if len(head) < HEAD.size:
+        return False
+    size, magic, _ = HEAD.unpack(head)
+    length = BLANK_SIZE if magic in (BLANK_MAGIC, HOLE_MAGIC) else int(size)
+    if not HEAD.size <= length <= commit_log.max_record_bytes:
+        return False
+    return bool(check_record(commit_log.files.read(offset, length), 0, offset).size)
 
 
 def _redispatch(store: LogStore, start: int) -> int:

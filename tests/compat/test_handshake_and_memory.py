@@ -132,7 +132,11 @@ def test_memory_alarm_blocks_publishers_and_releases_them(tmp_path: Path) -> Non
             conn = RawConnection(gateway.url)
             conn.open_channel(1)
             conn.call(1, commands.Queue.Declare(queue=f"hog{n}"), commands.Queue.DeclareOk)
-            conn.call(1, commands.Queue.Bind(queue=f"hog{n}", exchange="amq.fanout"), commands.Queue.BindOk)
+            conn.call(
+                1,
+                commands.Queue.Bind(queue=f"hog{n}", exchange="amq.fanout"),
+                commands.Queue.BindOk,
+            )
             consume = commands.Basic.Consume(queue=f"hog{n}", no_ack=True)
             conn.call(1, consume, commands.Basic.ConsumeOk)
             consumers.append(conn)  # ... and never read again until the end
