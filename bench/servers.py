@@ -91,6 +91,7 @@ def tree_rss_mb(pid: int) -> float:
 
 
 _READY = re.compile(r"AMQP on [^ ]+:(\d+), admin on (?:off|[^ ]+:(\d+))")
+_READY_TLS = re.compile(r"AMQPS on [^ ]+:(\d+),")
 
 
 class GatewayServer:
@@ -109,8 +110,10 @@ class GatewayServer:
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         flush: str | None = None,
+        host: str | None = "127.0.0.1",
     ) -> None:
         self.data_dir = data_dir
+        self.host = host  # None: no --host flag (e.g. MQGW_AMQP_HOST in env says where)
         self.args = list(args)
         self.env = dict(env or {})
         if flush is not None:
@@ -118,6 +121,7 @@ class GatewayServer:
         self.proc: subprocess.Popen[str] | None = None
         self.amqp_port = 0
         self.admin_port = 0
+        self.tls_port = 0  # the AMQPS port, when tls_port is set
         self.log_lines: list[str] = []
         self._ready = threading.Event()
 
@@ -135,7 +139,8 @@ class GatewayServer:
         self.log_lines = []
         cmd = [
             sys.executable, "-m", "mqgw_cli.main", "serve",
-            "--host", "127.0.0.1", "--amqp-port", "0", "--admin-port", "0",
+            *(["--host", self.host] if self.host is not None else []),
+            "--amqp-port", "0", "--admin-port", "0",
             "--data-dir", str(self.data_dir), *self.args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
@@ -163,6 +168,8 @@ class GatewayServer:
             if match and not self._ready.is_set():
                 self.amqp_port = int(match.group(1))
                 self.admin_port = int(match.group(2) or 0)
+                tls = _READY_TLS.search(line)
+                self.tls_port = int(tls.group(1)) if tls else 0
                 self._ready.set()
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> int:

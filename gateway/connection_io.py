@@ -6,9 +6,11 @@ import logging
 import time
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import ByteStream, SocketAttribute
+from anyio.streams.tls import TLSAttribute
 
 from gateway.amqp import ServerConnection
+from gateway.amqp.sasl import certificate_login
 from gateway.node import Node
 from gateway.session import Session
 
@@ -18,7 +20,13 @@ READ_SIZE = 256 << 10
 CLOSE_OK_TIMEOUT_S = 3.0
 
 
-def _address(stream: SocketStream, remote: bool) -> str:
+def _certificate_login(stream: ByteStream) -> str | None:
+    """A TLS client certificate's CN once verified (EXTERNAL is offered then), else None."""
+    certificate = stream.extra(TLSAttribute.peer_certificate, None)
+    return certificate_login(certificate) if certificate else None
+
+
+def _address(stream: ByteStream, remote: bool) -> str:
     attribute = SocketAttribute.remote_address if remote else SocketAttribute.local_address
     address = stream.extra(attribute, None)
     if isinstance(address, tuple):
@@ -26,13 +34,14 @@ def _address(stream: SocketStream, remote: bool) -> str:
     return str(address)
 
 
-async def serve_connection(node: Node, stream: SocketStream) -> None:
+async def serve_connection(node: Node, stream: ByteStream) -> None:
     settings = node.settings
     conn = ServerConnection(
         channel_max=settings.channel_max,
         frame_max=settings.frame_max,
         heartbeat_s=settings.heartbeat_s,
         max_message_size=settings.max_message_size_bytes,
+        external_login=_certificate_login(stream),
     )
     session = Session(
         node,
@@ -65,7 +74,7 @@ async def serve_connection(node: Node, stream: SocketStream) -> None:
             tg.cancel_scope.cancel()
     except Exception as error:  # ExceptionGroup included: one connection never stops the node
         if not _is_disconnect(error):
-            log.exception("connection %s failed", session.id)
+            log.exception("connection %s failed", session.id, extra={"connection": session.name})
             session.close_reason = session.close_reason or f"internal error: {error!r}"
     finally:
         with anyio.CancelScope(shield=True):
@@ -85,7 +94,7 @@ def _is_disconnect(error: BaseException) -> bool:
     return isinstance(error, _DISCONNECTS)
 
 
-async def _read_loop(session: Session, stream: SocketStream) -> None:
+async def _read_loop(session: Session, stream: ByteStream) -> None:
     conn = session.conn
     while not conn.closed and not session.closing:
         await session.wait_until_may_read()
@@ -98,7 +107,7 @@ async def _read_loop(session: Session, stream: SocketStream) -> None:
         session.mark_dirty()
 
 
-async def _handshake_watchdog(session: Session, stream: SocketStream, timeout_ms: int) -> None:
+async def _handshake_watchdog(session: Session, stream: ByteStream, timeout_ms: int) -> None:
     """RabbitMQ's handshake_timeout: a client that has not opened its vhost within the
     timeout (protocol header, start-ok, tune-ok, open) is disconnected, with a log line."""
     if timeout_ms <= 0:
@@ -112,19 +121,19 @@ async def _handshake_watchdog(session: Session, stream: SocketStream, timeout_ms
     session.close_reason = f"handshake timeout ({timeout_ms} ms) in state {state}"
     log.warning(
         "closing connection %s from %s: no handshake within %d ms (state %s)",
-        session.id, session.peer, timeout_ms, state,
+        session.id, session.peer, timeout_ms, state, extra={"connection": session.name},
     )  # fmt: skip
     await stream.aclose()
 
 
-async def _flush(session: Session, stream: SocketStream) -> None:
+async def _flush(session: Session, stream: ByteStream) -> None:
     data = session.take_output()
     if data:
         await stream.send(data)
     session.sent()
 
 
-async def _write_loop(session: Session, stream: SocketStream, done: anyio.Event) -> None:
+async def _write_loop(session: Session, stream: ByteStream, done: anyio.Event) -> None:
     """The connection's only writer: coalesced output, heartbeats, the final close frames."""
     conn = session.conn
     try:

@@ -21,8 +21,10 @@ from anyio.abc import SocketListener
 from gateway.admin.app import create_app
 from gateway.connection_io import serve_connection
 from gateway.delayed_exchange import EXCHANGE_TYPES
+from gateway.listeners import describe, open_listener
 from gateway.node import Node
 from gateway.settings import GatewaySettings
+from gateway.tls import ReloadingContext, TLSSettingsError, TLSSetup, serve_tls_connection
 from meta.local_store import LocalMetadataStore
 from storage import open_embedded_store
 
@@ -32,6 +34,7 @@ log = logging.getLogger("mqgw.server")
 async def serve(
     settings: GatewaySettings, on_ready: Callable[[int, int], None] | None = None
 ) -> None:
+    tls = TLSSetup.from_settings(settings)  # a TLS setting that cannot work stops us here
     async with open_embedded_store(settings.store_config()) as store:
         meta = LocalMetadataStore(
             settings.data_dir / "meta",
@@ -41,14 +44,17 @@ async def serve(
         node = Node(settings, store, meta)
         await node.start()
         _tune_gc()
-        listener = await anyio.create_tcp_listener(
-            local_host=settings.amqp_host, local_port=settings.amqp_port, reuse_port=False
-        )
+        listener = await open_listener(settings.amqp_host, settings.amqp_port)
         amqp_port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        tls_listener = (
+            await open_listener(settings.amqp_host, settings.tls_port) if tls.amqp else None
+        )
 
         async with anyio.create_task_group() as tg:
 
-            async def accept_loop(socket_listener: SocketListener) -> None:
+            async def accept_loop(
+                socket_listener: SocketListener, tls_context: ReloadingContext | None = None
+            ) -> None:
                 # Connections run in the outer group so that closing the listener stops
                 # accepting without cutting them off: they get their 320 close first.
                 while True:
@@ -56,7 +62,10 @@ async def serve(
                         stream = await socket_listener.accept()
                     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                         return
-                    tg.start_soon(serve_connection, node, stream)
+                    if tls_context is None:
+                        tg.start_soon(serve_connection, node, stream)
+                    else:  # the handshake runs in the connection's task, not here
+                        tg.start_soon(serve_tls_connection, node, stream, tls_context)
 
             tg.start_soon(node.scheduler.run)
             tg.start_soon(node.timer.run)
@@ -65,14 +74,19 @@ async def serve(
             tg.start_soon(node.consumer_timeout_loop)
             for socket_listener in listener.listeners:
                 tg.start_soon(accept_loop, cast(SocketListener, socket_listener))
+            for socket_listener in tls_listener.listeners if tls_listener else ():
+                tg.start_soon(accept_loop, cast(SocketListener, socket_listener), tls.amqp)
+            if tls.contexts:
+                await tg.start(tls.watch)  # SIGHUP and file changes reload certificates
             admin_port = 0
             if settings.admin_port and sniffio.current_async_library() == "asyncio":
-                admin_port = await tg.start(_serve_admin, node, settings)
+                admin_port = await tg.start(_serve_admin, node, settings, tls.admin)
+            https = " (https)" if tls.admin else ""
             log.info(
-                "mqgw embedded node ready: AMQP on %s:%d, admin on %s, data in %s (flush %s)",
-                settings.amqp_host,
-                amqp_port,
-                f"{settings.admin_host}:{admin_port}" if admin_port else "off",
+                "mqgw embedded node ready: AMQP on %s, admin on %s, %sdata in %s (flush %s)",
+                describe(listener),
+                f"{settings.admin_host}:{admin_port}{https}" if admin_port else "off",
+                f"AMQPS on {describe(tls_listener)}, " if tls_listener else "",
                 settings.data_dir,
                 settings.flush.value,
             )
@@ -83,6 +97,8 @@ async def serve(
                     log.info("received %s: shutting down", signal.Signals(signum).name)
                     break
             await listener.aclose()
+            if tls_listener is not None:
+                await tls_listener.aclose()
             await node.shutdown()
             tg.cancel_scope.cancel()
     log.info("mqgw stopped cleanly")
@@ -98,15 +114,22 @@ def _has_uvloop() -> bool:
 
 
 async def _serve_admin(
-    node: Node, settings: GatewaySettings, *, task_status: anyio.abc.TaskStatus[int]
+    node: Node,
+    settings: GatewaySettings,
+    tls: ReloadingContext | None,
+    *,
+    task_status: anyio.abc.TaskStatus[int],
 ) -> None:
     config = uvicorn.Config(
         create_app(node),
         host=settings.admin_host,
         port=settings.admin_port,
-        log_level="warning",
+        log_config=None,  # our handlers and levels (gateway/logging_setup.py: "admin")
         lifespan="off",
     )
+    if tls is not None:  # HTTPS: our context (reloaded in place), not one uvicorn builds
+        config.load()
+        config.ssl = tls.context
     server = uvicorn.Server(config)
     sockets = [config.bind_socket()]
     task_status.started(sockets[0].getsockname()[1])
@@ -115,7 +138,10 @@ async def _serve_admin(
 
 def run(settings: GatewaySettings, backend: str = "asyncio") -> None:
     options = {"use_uvloop": _has_uvloop()} if backend == "asyncio" else {}
-    anyio.run(serve, settings, backend=backend, backend_options=options)
+    try:
+        anyio.run(serve, settings, backend=backend, backend_options=options)
+    except TLSSettingsError as error:
+        raise SystemExit(f"mqgw: cannot start: {error}") from None
 
 
 # Young-generation collections every 20,000 allocations instead of 700, older ones rarer still.

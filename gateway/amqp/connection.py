@@ -78,7 +78,7 @@ from gateway.amqp.methods import (
     method_index,
     server_properties_table,
 )
-from gateway.amqp.sasl import MECHANISMS, as_bytes, parse_response
+from gateway.amqp.sasl import EXTERNAL, MECHANISMS, as_bytes, parse_response
 
 DEFAULT_CHANNEL_MAX = 2047
 DEFAULT_FRAME_MAX = 131072
@@ -105,8 +105,14 @@ class ServerConnection:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         version: str = "0.1.0",
         server_properties: dict[str, Any] | None = None,
+        external_login: str | None = None,
     ) -> None:
         self.state = ConnectionState.AWAIT_HEADER
+        # EXTERNAL is offered when the shell passes the verified client certificate's name.
+        self.mechanisms: tuple[str, ...] = (
+            MECHANISMS if external_login is None else (*MECHANISMS, EXTERNAL)
+        )
+        self._external_login = external_login or ""
         # What we propose in connection.tune.
         self.server_channel_max = channel_max
         self.server_frame_max = frame_max
@@ -185,7 +191,7 @@ class ServerConnection:
             version_major=0,
             version_minor=9,
             server_properties=self.server_properties,
-            mechanisms=" ".join(MECHANISMS),
+            mechanisms=" ".join(self.mechanisms),
             locales="en_US",
         )
         self._emit(frame_writer.method(0, start))
@@ -258,9 +264,12 @@ class ServerConnection:
         self.client_properties = properties
         self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
         mechanism = str(method.mechanism)
-        if mechanism not in MECHANISMS:
+        if mechanism not in self.mechanisms:
             raise CommandInvalid(f"unknown authentication mechanism '{mechanism}'", 10, 11)
-        username, password = parse_response(mechanism, as_bytes(method.response or b""))
+        if mechanism == EXTERNAL:  # the response is ignored, as rabbit_auth_mechanism_ssl does
+            username, password = self._external_login, b""
+        else:
+            username, password = parse_response(mechanism, as_bytes(method.response or b""))
         self.mechanism, self.username = mechanism, username
         self._move(ConnectionInput.START_OK)
         return AuthRequested(mechanism, username, password, properties)

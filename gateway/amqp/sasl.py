@@ -4,11 +4,16 @@ Only the mechanisms RabbitMQ offers by default: PLAIN (``\\0user\\0pass``, an
 empty authorisation id is required, as rabbit_auth_mechanism_plain does) and
 AMQPLAIN (a field table *without* its 4-byte length, holding LOGIN and PASSWORD).
 A malformed response is a SYNTAX_ERROR, as in RabbitMQ.
+
+EXTERNAL (rabbitmq_auth_mechanism_ssl) is offered only on TLS connections whose client
+certificate was verified; its response is ignored and the user name is the certificate's
+subject CN (RabbitMQ's ``ssl_cert_login_from = common_name``), see ``certificate_login``.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from pamqp import decode
@@ -16,6 +21,7 @@ from pamqp import decode
 from gateway.amqp.errors import AMQPSyntaxError, erlang_binary
 
 MECHANISMS = ("PLAIN", "AMQPLAIN")
+EXTERNAL = "EXTERNAL"
 
 
 def as_bytes(value: object) -> bytes:
@@ -71,3 +77,13 @@ def parse_response(mechanism: str, response: bytes) -> tuple[str, bytes]:
     else:
         user, password = parse_amqplain(response)
     return user.decode("utf-8", errors="replace"), password
+
+
+def certificate_login(peer_certificate: Mapping[str, Any]) -> str:
+    """The EXTERNAL user name: the first commonName of a verified certificate's subject, as
+    ``ssl.SSLSocket.getpeercert()`` decodes it ("" when the subject has none)."""
+    for rdn in peer_certificate.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
