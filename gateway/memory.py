@@ -8,8 +8,12 @@ The alarm clears 10 % below the limit so that it does not flap.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _NO_CGROUP_LIMIT = 1 << 60  # cgroup v1 reports "no limit" as a huge number
@@ -18,6 +22,26 @@ _NO_CGROUP_LIMIT = 1 << 60  # cgroup v1 reports "no limit" as a huge number
 def resident_bytes(statm: Path = Path("/proc/self/statm")) -> int:
     """The process's resident set size."""
     return int(statm.read_text().split()[1]) * _PAGE_BYTES
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    trim = getattr(libc, "malloc_trim", None)
+    return None if trim is None else cast(Callable[[int], int], trim)
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def give_back() -> None:
+    """While over the watermark: collect cycles and hand freed heap pages back to the OS
+    (glibc keeps them otherwise), so a drained backlog shows in the resident size."""
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def machine_bytes() -> int:

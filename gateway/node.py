@@ -291,6 +291,8 @@ class Node:
         free = shutil.disk_usage(self.settings.data_dir).free
         shortfall = self.settings.min_free_disk_bytes - free
         backlog = await self.store.backlog_bytes()
+        if self.memory_alarm.blocked:
+            memory.give_back()
         resident = memory.resident_bytes()
         limit = self.memory_alarm.on_above
         for alarm, reading, detail in (

@@ -35,6 +35,7 @@ from gateway.amqp import (
     frame_writer,
 )
 from gateway.amqp.errors import InternalError, NotAllowed
+from gateway.amqp.sasl import EXTERNAL
 from gateway.channel_state import ChannelState, Consumer, Delivery
 from gateway.handlers import handle_method
 from gateway.publishing import route_publish
@@ -177,7 +178,12 @@ class Session:
             except AMQPError as error:
                 await self.fail(channel, error)
             except Exception:
-                log.exception("connection %s: internal error handling %s", self.id, event.method)
+                log.exception(
+                    "connection %s: internal error handling %s",
+                    self.id,
+                    event.method,
+                    extra={"connection": self.name},
+                )
                 await self.fail(channel, InternalError("internal error, see the server log"))
         elif isinstance(event, AuthRequested):
             await self._authenticate(event)
@@ -214,14 +220,19 @@ class Session:
             self.conn.close_channel(channel.number, error)
 
     async def _authenticate(self, event: AuthRequested) -> None:
-        user = await self.node.authenticate(event.username, event.password)
+        if event.mechanism == EXTERNAL:  # a verified client certificate (its CN): no password
+            user = await self.node.meta.get_user(event.username) if event.username else None
+        else:
+            user = await self.node.authenticate(event.username, event.password)
         reason = ""
         if user is None:
             reason = f"user '{event.username}' - invalid credentials"
         elif event.username in self.node.settings.loopback_users and not _is_loopback(self.peer):
             reason = f"user '{event.username}' can only connect via localhost"
         if reason:
-            log.warning("connection %s: login refused: %s", self.id, reason)
+            log.warning(
+                "connection %s: login refused: %s", self.id, reason, extra={"connection": self.name}
+            )
             await self.handle_events(self.conn.reject_auth(reason))
             return
         self.user = event.username
@@ -243,7 +254,9 @@ class Session:
         if not self.node.access.may_use_vhost(self.user, vhost.name):
             # rabbit_access_control:check_vhost_access/4: no permission entry in the vhost.
             error = NotAllowed(f"access to vhost '{vhost.name}' refused for user '{self.user}'")
-            log.warning("connection %s: %s", self.id, error.reply_text)
+            log.warning(
+                "connection %s: %s", self.id, error.reply_text, extra={"connection": self.name}
+            )
             await self.handle_events(self.conn.reject_vhost(error))
             return
         # Decisions cached per resource; the object stays current across permission changes.
@@ -258,7 +271,11 @@ class Session:
         self.node.controls.attach_session(self)
         self.node.open_connections += 1
         log.info(
-            "accepting AMQP connection %s (user '%s', vhost '%s')", self.id, self.user, vhost.name
+            "accepting AMQP connection %s (user '%s', vhost '%s')",
+            self.id,
+            self.user,
+            vhost.name,
+            extra={"connection": self.name},
         )
         await self.handle_events(self.conn.accept_vhost())
         if self.node.alarms.blocked:
@@ -274,7 +291,11 @@ class Session:
         backends, which mqgw does not have.
         """
         log.info(
-            "connection %s: user '%s' updated secret, reason: %s", self.id, self.user, event.reason
+            "connection %s: user '%s' updated secret, reason: %s",
+            self.id,
+            self.user,
+            event.reason,
+            extra={"connection": self.name},
         )
         self.conn.accept_secret_update()
         self.mark_dirty()
@@ -318,7 +339,11 @@ class Session:
             except StoreError as error:
                 ok = False
                 log.error(
-                    "connection %s: %d message(s) not stored: %s", self.id, len(records), error
+                    "connection %s: %d message(s) not stored: %s",
+                    self.id,
+                    len(records),
+                    error,
+                    extra={"connection": self.name},
                 )
                 self.vhost.count_out(records)
             await self.vhost.stored(woken, records, result)
@@ -357,7 +382,12 @@ class Session:
                     try:
                         await self.node.store.wait_durable(end_offset)
                     except StoreError as error:
-                        log.error("connection %s: confirms fail: %s", self.id, error)
+                        log.error(
+                            "connection %s: confirms fail: %s",
+                            self.id,
+                            error,
+                            extra={"connection": self.name},
+                        )
                         ok = False
                 self._send_confirms(tags, ok)
                 self.mark_dirty()
@@ -461,7 +491,12 @@ class Session:
         await self.node.controls.session_closed(self)
         if self.opened:
             self.node.open_connections -= 1
-            log.info("closing AMQP connection %s (%s)", self.id, self.close_reason or "closed")
+            log.info(
+                "closing AMQP connection %s (%s)",
+                self.id,
+                self.close_reason or "closed",
+                extra={"connection": self.name},
+            )
         self._confirm_send.close()
 
 

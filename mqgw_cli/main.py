@@ -3,31 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import sys
 from pathlib import Path
 
+from gateway.config_sources import ConfigError
+from mqgw_cli.config_commands import (
+    add_config_commands,
+    add_global_flags,
+    add_settings_flags,
+    configure_command_logging,
+    resolve_args,
+)
 from mqgw_cli.ctl_commands import add_ctl_commands
 from mqgw_cli.definitions_commands import add_definitions_commands
 from mqgw_cli.queue_commands import add_queue_commands
+from mqgw_cli.storage_commands import add_storage_commands
 
-
-def _storage_check(args: argparse.Namespace) -> int:
-    from storage.check import check_store, config_for, repair_store
-
-    config = config_for(Path(args.data_dir))
-    report = repair_store(config) if args.command == "repair" else check_store(config)
-    verb = "repaired" if args.command == "repair" else "found"
-    print(
-        f"{report.segments} segment(s), {report.records} valid record(s), "
-        f"end of valid data at offset {report.end_offset}"
-    )
-    for problem in report.problems:
-        print(f"{verb}: {problem.describe()}")
-    if report.ok:
-        print("ok: no damaged records")
-        return 0
-    return 0 if args.command == "repair" else 1
+log = logging.getLogger("mqgw.server")
 
 
 def _bench_store(args: argparse.Namespace) -> int:
@@ -38,18 +32,18 @@ def _bench_store(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from gateway.logging_setup import configure_from_settings
     from gateway.server import run
-    from gateway.settings import GatewaySettings
 
-    settings = GatewaySettings.load(
-        args.config,
-        amqp_host=args.host,
-        admin_host=args.host,
-        amqp_port=args.amqp_port,
-        admin_port=args.admin_port,
-        data_dir=args.data_dir,
-    )
-    run(settings, args.backend)
+    try:
+        resolved = resolve_args(args)
+        configure_from_settings(resolved.settings)
+    except (ConfigError, OSError, ValueError) as error:
+        print(f"mqgw serve: configuration error: {error}", file=sys.stderr)
+        return 2
+    for var in resolved.unknown_env:
+        log.warning("environment variable %s names no setting: ignored", var)
+    run(resolved.settings, args.backend)
     return 0
 
 
@@ -89,30 +83,20 @@ def _add_load_options(sub: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgw", description=__doc__)
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--version", action="version", version=f"mqgw {_version()}")
     commands = parser.add_subparsers(dest="process", required=True)
 
-    serve = commands.add_parser("serve", help="run an embedded gateway node (AMQP + admin)")
-    serve.add_argument("--config", type=Path, default=None, help="TOML settings file")
-    serve.add_argument(
-        "--host", default=None, help="listen address for AMQP and admin (default 0.0.0.0)"
+    serve = commands.add_parser(
+        "serve",
+        help="run an embedded gateway node (AMQP + admin)",
+        description="Every setting is a flag here; docs/configuration.md lists them.",
     )
-    serve.add_argument("--amqp-port", type=int, default=None, help="default 5672")
-    serve.add_argument("--admin-port", type=int, default=None, help="default 15672; 0: off")
-    serve.add_argument("--data-dir", type=Path, default=None, help="default ./data")
     serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
-    serve.set_defaults(func=_serve)
+    add_settings_flags(serve)
+    serve.set_defaults(func=_serve, configures_logging=True)
+    add_config_commands(commands)
 
-    storage = commands.add_parser("storage", help="inspect and repair a log store directory")
-    storage_cmds = storage.add_subparsers(dest="command", required=True)
-    for name, text in (
-        ("check", "verify every commitlog record (CRC, size, offsets); exit 1 on damage"),
-        ("repair", "make a damaged store openable, keeping every valid record"),
-    ):
-        sub = storage_cmds.add_parser(name, help=text)
-        sub.add_argument("data_dir", help="the store directory (e.g. ./data/store)")
-        sub.set_defaults(func=_storage_check)
-
+    add_storage_commands(commands)
     add_queue_commands(commands)
     add_ctl_commands(commands)
     add_definitions_commands(commands)
@@ -147,14 +131,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     side.add_argument("--rounds", type=int, default=3)
     side.set_defaults(func=_bench_compare)
+    add_global_flags(parser)  # after every subcommand exists: --log-level etc. on each
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("mqgw")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if not getattr(args, "configures_logging", False):
+        try:
+            configure_command_logging(args)
+        except (ConfigError, OSError, ValueError) as error:
+            print(f"mqgw: configuration error: {error}", file=sys.stderr)
+            return 2
     result: int = args.func(args)
     return result
 
