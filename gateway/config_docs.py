@@ -69,11 +69,10 @@ RABBITMQ: dict[str, tuple[str, str]] = {
     "segment_size_bytes": ("- (streams: `x-stream-max-segment-size-bytes`)", ""),
     "cq_entries_per_segment": ("-", ""),
     "retention_ms": ("- (a classic queue keeps a message until it is consumed; "
-                     "streams: `x-max-age`)",
-                     "72 h: a log store frees space by whole segments, so messages older "
-                     "than this go even if unconsumed; each is counted "
-                     "(`dropped_by_retention`) and logged. Raise it to keep more"),
-    "disk_budget_bytes": ("- (streams: `x-max-length-bytes`)", ""),
+                     "streams: `x-max-age`)", ""),
+    "min_retention_ms": ("- (streams: `x-max-age` as a floor)", ""),
+    "disk_budget_bytes": ("- (streams: `x-max-length-bytes`)",
+                          "blocks publishers (disk alarm) instead of dropping unread data"),
     "min_free_disk_bytes": ("`disk_free_limit.absolute` (50 MB)", ""),
     "store_backlog_limit_bytes": ("- (credit flow)", ""),
     "async_flush_interval_ms": ("-", ""),

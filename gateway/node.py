@@ -68,7 +68,8 @@ class Node:
         self.timer = LogTimer(
             store,
             settings.timer_levels_ms or DEFAULT_LEVELS_MS,
-            max_level_ms=settings.retention_ms // 2,  # read well before retention may drop it
+            # Read well before an opt-in age retention may drop it.
+            max_level_ms=None if settings.retention_ms is None else settings.retention_ms // 2,
         )
         self.delayed = DelayedDelivery(self.vhosts)
         self.timer.register(DELAYED_KIND, self.delayed.fire)
@@ -290,13 +291,16 @@ class Node:
         was_blocked = self.alarms.blocked
         free = shutil.disk_usage(self.settings.data_dir).free
         shortfall = self.settings.min_free_disk_bytes - free
+        budget = self.settings.disk_budget_bytes
+        if budget is not None:  # over the budget publishers wait; unread data is kept
+            shortfall = max(shortfall, await self.store.disk_bytes() - budget)
         backlog = await self.store.backlog_bytes()
         if self.memory_alarm.blocked:
             memory.give_back()
         resident = memory.resident_bytes()
         limit = self.memory_alarm.on_above
         for alarm, reading, detail in (
-            (self.disk_alarm, shortfall, f"{free} bytes free"),
+            (self.disk_alarm, shortfall, f"{free} bytes free, budget {budget}"),
             (self.store_alarm, backlog, f"{backlog} bytes not yet durable"),
             (self.memory_alarm, resident, f"{resident} bytes resident, limit {limit}"),
         ):

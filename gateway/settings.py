@@ -174,8 +174,15 @@ class GatewaySettings(BaseSettings):
     cq_entries_per_segment: int = Field(
         300_000, gt=0, description="index entries per consume-queue file (fixed per store)"
     )
-    retention_ms: int = Field(72 * 3600 * 1000, gt=0, description="commitlog retention (ms)")
-    disk_budget_bytes: int | None = Field(None, gt=0, description="commitlog size cap")
+    retention_ms: int | None = Field(
+        None, gt=0, description="opt-in: delete segments this old even if unread (ms)"
+    )
+    min_retention_ms: int = Field(
+        0, ge=0, description="keep consumed segments at least this long (ms)"
+    )
+    disk_budget_bytes: int | None = Field(
+        None, gt=0, description="commitlog size above which publishers are blocked"
+    )
     min_free_disk_bytes: int = Field(
         50 << 20, ge=0, description="below this free space publishers are blocked"
     )
@@ -266,6 +273,7 @@ class GatewaySettings(BaseSettings):
             offset_persist_interval_ms=self.offset_persist_interval_ms,
             checkpoint_interval_ms=self.checkpoint_interval_ms,
             retention_ms=self.retention_ms,
+            min_retention_ms=self.min_retention_ms,
             disk_budget_bytes=self.disk_budget_bytes,
             retention_check_interval_ms=self.retention_check_interval_ms,
             verify_crc_on_read=self.verify_crc_on_read,

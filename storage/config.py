@@ -22,7 +22,11 @@ class StoreConfig:
     async_flush_interval_ms: int = 500
     offset_persist_interval_ms: int = 5_000
     checkpoint_interval_ms: int = 1_000
-    retention_ms: int = 72 * 3600 * 1000
-    disk_budget_bytes: int | None = None
+    # Age-based deletion of unread data is opt-in (RocketMQ's trade-off, not RabbitMQ's):
+    # None keeps every record until every queue has consumed it.
+    retention_ms: int | None = None
+    # Consumed segments stay at least this long (replay, streams); 0: go at once.
+    min_retention_ms: int = 0
+    disk_budget_bytes: int | None = None  # the gateway blocks publishers above it
     retention_check_interval_ms: int = 10_000
     verify_crc_on_read: bool = True

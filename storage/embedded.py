@@ -142,6 +142,21 @@ class EmbeddedStore:
     async def apply_retention(self) -> RetentionReport:
         return self.log.apply_retention()
 
+    async def disk_bytes(self) -> int:
+        """Bytes of commitlog on disk (what a disk budget is compared with)."""
+        return self.log.commit_log.files.total_bytes()
+
+    async def held_back_bytes(self) -> dict[int, int]:
+        """Per queue with unconsumed records: the commitlog bytes from its oldest one's
+        segment to the end, which cannot be reclaimed while it is unread."""
+        log = self.log.commit_log
+        end = log.write_offset
+        held: dict[int, int] = {}
+        for (queue_id, _partition), offset in self.log.pinned_offsets().items():
+            start = offset - offset % log.segment_size
+            held[queue_id] = max(held.get(queue_id, 0), end - max(start, log.min_offset))
+        return held
+
     # -- housekeeping ------------------------------------------------------------------------
 
     async def checkpoint(self) -> None:

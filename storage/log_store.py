@@ -132,6 +132,7 @@ class LogStore:
         self.checkpoint_path = root / "checkpoint.json"
         self.cqs: dict[tuple[int, int], ConsumeQueue] = {}
         self.durable_offset = 0
+        self.checkpointed_offset = 0  # the dispatched offset of the last checkpoint written
         self.recovery: RecoveryReport | None = None
         self._lock_fd = -1
         self._closed = False
@@ -354,7 +355,9 @@ class LogStore:
         if self.registry.dirty:
             self.registry.save()
         dispatched = (ticket or self.begin_checkpoint()).sync(self.fs)
-        Checkpoint(min(dispatched, self.durable_offset)).save(self.fs, self.checkpoint_path)
+        checkpoint = Checkpoint(min(dispatched, self.durable_offset))
+        checkpoint.save(self.fs, self.checkpoint_path)
+        self.checkpointed_offset = checkpoint.dispatched
 
     def persist_offsets(self) -> None:
         if self.offsets.changed:
@@ -525,31 +528,60 @@ class LogStore:
         low, _ = self.partition_range(queue_id, partition)
         return max(low, self._cq(queue_id, partition).offset_for_time(ts_ms))
 
-    # -- retention ---------------------------------------------------------------------------
+    # -- reclaim and retention -----------------------------------------------------------------
+
+    def pinned_offsets(self) -> dict[tuple[int, int], int]:
+        """Per (queue, partition) that still has something to read: the commitlog offset of
+        its oldest record some group has not consumed (every group's committed offset counts:
+        the queue's own, broadcast positions, the timer's levels; unacked deliveries lie past
+        the committed offset, which is the lowest unacknowledged one)."""
+        committed = self.offsets.reclaim_view()  # a crash must not need what we delete
+        lowest: dict[tuple[int, int], int] = {}
+        for (_group, queue_id, partition), offset in committed.items():
+            key = (queue_id, partition)
+            if key in self.cqs and offset < lowest.get(key, offset + 1):
+                lowest[key] = offset
+        pins: dict[tuple[int, int], int] = {}
+        for key, cq in self.cqs.items():
+            low, high = self.partition_range(*key)
+            # A partition its queue has not committed on is read from its start.
+            own = committed.get((QUEUE_GROUP, *key), 0)
+            start = max(low, min(lowest.get(key, own), own))
+            if start < high:
+                pins[key] = CQ_ENTRY.unpack_from(cq.read_entries(start, 1))[0]
+        return pins
+
+    def reclaim_boundary(self) -> int:
+        """Every record below this offset has been consumed by everything that reads it, and
+        is durable and checkpointed (so recovery never needs it)."""
+        pins = self.pinned_offsets()
+        bound = min(self.durable_offset, self.checkpointed_offset)
+        return min(bound, *pins.values()) if pins else bound
 
     def apply_retention(self, now_ms: int | None = None) -> RetentionReport:
-        """Delete commitlog segments past the retention age or the disk budget."""
+        """Delete the commitlog segments nothing can still read (older than
+        ``min_retention_ms``), and, only where ``retention_ms`` is set, those past that age
+        whether read or not (counted and logged per queue)."""
         self._check_open()
         now = self.clock() if now_ms is None else now_ms
         log_ = self.commit_log
-        budget = self.config.disk_budget_bytes
-        total = log_.files.total_bytes()
+        boundary = self.reclaim_boundary()
         deleted = freed = 0
         while len(log_.files.segments) > 1:
             first = log_.files.segments[0]
-            last_ts = log_.sealed_ts_ms.get(first.start, 0)
-            too_old = now - last_ts > self.config.retention_ms
-            if not too_old and not (budget is not None and total > budget):
+            age_ms = now - log_.sealed_ts_ms.get(first.start, 0)
+            consumed = first.start + first.written <= boundary
+            expired = self.config.retention_ms is not None and age_ms > self.config.retention_ms
+            if not expired and not (consumed and age_ms >= self.config.min_retention_ms):
                 break
             log_.remove_first_segment()
-            total -= first.written
             freed += first.written
             deleted += 1
         dropped: dict[int, int] = {}
         if deleted:
             dropped = self._forget_deleted(log_.min_offset)
             log.info(
-                "retention deleted %d commitlog segment(s), %d bytes; unread messages lost: %s",
+                "reclaimed %d commitlog segment(s), %d bytes; unread messages lost: %s",
                 deleted,
                 freed,
                 dropped or "none",

@@ -64,6 +64,9 @@ class ConsumerOffsets:
         self.fs = fs
         self.path = path
         self.offsets: dict[OffsetKey, int] = {}
+        # What offsets.json holds: reclaim keeps what a restart would read again from it.
+        self.persisted: dict[OffsetKey, int] = {}
+        self._snapshotted: dict[OffsetKey, int] = {}
         self.changed = False
 
     def load(self) -> None:
@@ -73,15 +76,24 @@ class ConsumerOffsets:
             for key, offset in queues.items():
                 queue_id, partition = key.split("/")
                 self.offsets[(group, int(queue_id), int(partition))] = int(offset)
+        self.persisted = dict(self.offsets)
 
     def snapshot(self) -> bytes:
+        self._snapshotted = dict(self.offsets)
         groups: dict[str, dict[str, int]] = {}
         for (group, queue_id, partition), offset in self.offsets.items():
             groups.setdefault(group, {})[f"{queue_id}/{partition}"] = offset
         return json.dumps({"groups": groups}, separators=(",", ":"), sort_keys=True).encode()
 
     def write(self, snapshot: bytes) -> None:
+        taken = self._snapshotted
         self.fs.write_atomic(self.path, snapshot)
+        self.persisted = taken
+
+    def reclaim_view(self) -> dict[OffsetKey, int]:
+        """Per live key the lower of its live and its persisted offset."""
+        persisted = self.persisted
+        return {k: min(v, persisted.get(k, v)) for k, v in self.offsets.items()}
 
     def drop_queue(self, queue_id: int) -> None:
         for key in [k for k in self.offsets if k[1] == queue_id]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gateway.vhost import VirtualHost
 
 
-def queue_stats(node: Node, queue: QueueRuntime) -> dict[str, Any]:
+def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[str, Any]:
     unacked = queue.enqueued - queue.ready_count - queue.acked - queue.dead_lettered
     unacked -= queue.dropped + queue.retried
     behaviour = queue.behaviour
@@ -46,6 +46,9 @@ def queue_stats(node: Node, queue: QueueRuntime) -> dict[str, Any]:
             "retried": queue.retried,
             "waiting_for_backoff": queue.held_for_retry,
             "dropped_by_retention": queue.dropped_by_retention,
+            # Commitlog bytes from the segment of its oldest unconsumed record to the end:
+            # what this queue keeps from being reclaimed.
+            "commitlog_bytes_held": held.get(queue.queue_id, 0),
             "paused": queue.paused,
             "control": control,
             "overflow": behaviour.overflow,
@@ -73,8 +76,9 @@ def routes(node: Node) -> APIRouter:
 
     @router.get("/api/queues", summary="Every queue with its counts and effective control")
     async def queues(user: User = management) -> list[dict[str, Any]]:
+        held = await node.store.held_back_bytes()
         return [
-            queue_stats(node, q)
+            queue_stats(node, q, held)
             for v in node.vhosts.values()
             if may_see(node, user, v.name)
             for q in v.queues.values()
@@ -83,14 +87,15 @@ def routes(node: Node) -> APIRouter:
     @router.get("/api/queues/{vhost}", summary="The queues of one vhost")
     async def vhost_queues(vhost: str, user: User = management) -> list[dict[str, Any]]:
         host = vhost_or_404(vhost, user)
-        return [queue_stats(node, q) for q in host.queues.values()]
+        held = await node.store.held_back_bytes()
+        return [queue_stats(node, q, held) for q in host.queues.values()]
 
     @router.get("/api/queues/{vhost}/{name}", summary="One queue's counts")
     async def queue(vhost: str, name: str, user: User = management) -> dict[str, Any]:
         runtime = vhost_or_404(vhost, user).queues.get(name)
         if runtime is None:
             raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
-        return queue_stats(node, runtime)
+        return queue_stats(node, runtime, await node.store.held_back_bytes())
 
     @router.post(
         "/api/queues/{vhost}/{name}/redrive",

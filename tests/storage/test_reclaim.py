@@ -1,0 +1,174 @@
+"""Reclaim: a commitlog segment goes as soon as nothing can still read it (every group's
+committed offset lies past its records), never before; age alone does not delete unread data
+unless retention_ms is set; a crash right after a reclaim still finds what it needs."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage import QUEUE_GROUP, LogStore, StoreConfig
+from tests.storage.conftest import FakeClock
+from tests.storage.helpers import rec
+
+FILL = b"." * 200  # ~ 17 records a 4 KiB segment
+
+
+def _config(tmp_path: Path, **overrides: object) -> StoreConfig:
+    config = StoreConfig(
+        tmp_path / "store", segment_size_bytes=4096, cq_entries_per_segment=16,
+        max_record_bytes=1024,
+    )  # fmt: skip
+    return dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
+
+
+def _durable(store: LogStore) -> None:
+    store.flush()
+    store.checkpoint()
+    store.persist_offsets()
+
+
+def test_consumed_segments_go_and_a_slow_queue_keeps_what_it_has_not_read(
+    tmp_path: Path,
+) -> None:
+    store = LogStore.open(_config(tmp_path))
+    store.create_queue(1, 1)  # busy, keeps up
+    store.create_queue(2, 1)  # slow
+    for i in range(100):
+        store.append([rec(b"%03d" % i + FILL, (1, 0), (2, 0))])
+    store.commit_offset(QUEUE_GROUP, 1, 0, 100)
+    store.commit_offset(QUEUE_GROUP, 2, 0, 40)
+    _durable(store)
+    segments_before = len(store.commit_log.files.segments)
+    report = store.apply_retention()
+    assert report.deleted_segments > 0 and report.dropped_unread == {}
+    assert len(store.commit_log.files.segments) < segments_before
+    assert store.commit_log.min_offset <= store.pinned_offsets()[(2, 0)]
+    # Everything the slow queue has not consumed is still there, in order.
+    unread = store.read(2, 0, 40, max_count=1000).messages
+    assert [bytes(m.body[:3]) for m in unread] == [b"%03d" % i for i in range(40, 100)]
+
+    store.commit_offset(QUEUE_GROUP, 2, 0, 100)
+    _durable(store)
+    store.apply_retention()
+    assert len(store.commit_log.files.segments) == 1  # only the active segment is left
+    store.close()
+
+
+def test_a_commit_not_yet_persisted_pins_nothing_a_restart_needs(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    store = LogStore.open(config)
+    store.create_queue(1, 1)
+    for i in range(100):
+        store.append([rec(b"%03d" % i + FILL, (1, 0))])
+    store.commit_offset(QUEUE_GROUP, 1, 0, 20)
+    _durable(store)  # offsets.json says 20
+    store.commit_offset(QUEUE_GROUP, 1, 0, 100)  # acked since, not yet persisted
+    store.apply_retention()
+    # A crash now restarts from offset 20: it must still be readable.
+    assert store.commit_log.min_offset <= store.pinned_offsets()[(1, 0)]
+    assert bytes(store.read(1, 0, 20, 1).messages[0].body[:3]) == b"020"
+    store.persist_offsets()
+    assert store.apply_retention().deleted_segments > 0
+    assert len(store.commit_log.files.segments) == 1
+    store.close()
+
+
+def test_other_groups_pin_too_and_min_retention_keeps_consumed_segments(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(1_000_000)
+    store = LogStore.open(_config(tmp_path, min_retention_ms=60_000), clock=clock)
+    store.create_queue(1, 1)
+    for i in range(100):
+        store.append([rec(b"%03d" % i + FILL, (1, 0))])
+    store.commit_offset(QUEUE_GROUP, 1, 0, 100)
+    store.commit_offset("broadcast:audit", 1, 0, 10)  # a broadcast position far behind
+    _durable(store)
+    clock.now_ms += 120_000
+    store.apply_retention()
+    assert bytes(store.read(1, 0, 10, 5).messages[0].body[:3]) == b"010"
+    store.commit_offset("broadcast:audit", 1, 0, 100)
+    _durable(store)
+    clock.now_ms -= 119_000  # younger than min_retention: kept though consumed
+    assert store.apply_retention().deleted_segments == 0
+    clock.now_ms += 119_000
+    assert store.apply_retention().deleted_segments > 0
+    store.close()
+
+
+def test_age_deletes_unread_data_only_when_retention_is_set(tmp_path: Path) -> None:
+    clock = FakeClock(1_000_000)
+    store = LogStore.open(_config(tmp_path), clock=clock)
+    store.create_queue(1, 1)
+    for i in range(100):
+        store.append([rec(b"%03d" % i + FILL, (1, 0))])
+    _durable(store)
+    clock.now_ms += 365 * 24 * 3_600_000  # a year unread
+    assert store.apply_retention().deleted_segments == 0
+    assert len(store.read(1, 0, 0, 1000).messages) == 100
+    store.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("append"), st.integers(1, 30), st.sets(st.integers(0, 2), min_size=1)
+            ),
+            st.tuples(st.just("commit"), st.integers(0, 3), st.integers(0, 40)),
+            st.tuples(st.just("reclaim"), st.just(0), st.just(frozenset())),
+            st.tuples(st.just("restart"), st.just(0), st.just(frozenset())),
+        ),
+        max_size=25,
+    )
+)
+def test_reclaim_never_deletes_what_a_group_can_still_read(
+    steps: list[tuple[str, int, object]],
+) -> None:
+    root = Path(tempfile.mkdtemp())
+    config = _config(root)
+    store = LogStore.open(config)
+    queues = {0: 10, 1: 11, 2: 12}
+    # (queue, group) pairs that commit: queue 12 is read by its own group and a broadcast one.
+    readers = [(10, QUEUE_GROUP), (11, QUEUE_GROUP), (12, QUEUE_GROUP), (12, "broadcast:x")]
+    for queue_id in queues.values():
+        store.create_queue(queue_id, 1)
+    expected: dict[int, list[bytes]] = {q: [] for q in queues.values()}
+    n = 0
+    for action, a, b in steps:
+        if action == "append":
+            assert isinstance(b, frozenset | set)
+            for _ in range(a):
+                body = b"%06d" % n + FILL
+                n += 1
+                store.append([rec(body, *[(queues[q], 0) for q in sorted(b)])])
+                for q in b:
+                    expected[queues[q]].append(body[:6])
+        elif action == "commit":
+            queue_id, group = readers[a]
+            _, high = store.partition_range(queue_id, 0)
+            current = store.offsets.offsets.get((group, queue_id, 0), 0)
+            store.commit_offset(group, queue_id, 0, min(high, current + int(b)))  # type: ignore[call-overload]
+        elif action == "reclaim":
+            _durable(store)
+            store.apply_retention()
+        else:
+            _durable(store)
+            store.apply_retention()
+            store.close()
+            store = LogStore.open(config)
+        # Invariant: from every group's committed offset on, every message is readable.
+        for q, group in readers:
+            committed = store.offsets.offsets.get((group, q, 0), 0)
+            got = store.read(q, 0, committed, max_count=10_000).messages
+            assert [bytes(m.body[:6]) for m in got] == expected[q][committed:]
+            assert store.queue_stats(q).dropped_by_retention == 0
+    store.close()
+    shutil.rmtree(root)
