@@ -102,7 +102,9 @@ class Node:
         return next(self._numbers)
 
     async def start(self) -> None:
-        """Apply configured users and vhosts, rebuild vhosts, drop transient leftovers."""
+        """Apply configured users and vhosts, rebuild vhosts, drop transient leftovers, and
+        read the alarms once, before any connection is accepted: a node started on a full
+        disk blocks publishers from the first frame and serves consumers and deletes."""
         guest = await self.meta.get_user("guest")
         for name in self.settings.vhosts:
             new = await self.meta.get_vhost(name) is None
@@ -130,6 +132,7 @@ class Node:
             if queue_id not in known:  # a transient queue from before a restart
                 await self.store.delete_queue(queue_id)
         await self.timer.start()
+        await self.check_resources()
 
     async def _open_vhost(self, name: str) -> VirtualHost:
         vhost = VirtualHost(
@@ -285,6 +288,14 @@ class Node:
             await self.check_resources()
             await anyio.sleep(COMMIT_INTERVAL_S)
             await self.commit_offsets()
+            await self._retry_metadata_write()
+
+    async def _retry_metadata_write(self) -> None:
+        """Write the metadata a full disk kept in memory (nothing to do when none waits)."""
+        try:
+            await self.meta.retry_write()
+        except Exception:
+            log.exception("metadata write failed; retrying in %.0f s", COMMIT_INTERVAL_S)
 
     async def check_resources(self) -> None:
         """Update the alarms; tell every connection when publishers become (un)blocked."""
@@ -356,3 +367,4 @@ class Node:
             while self.sessions:
                 await anyio.sleep(0.02)
         await self.commit_offsets()
+        await self._retry_metadata_write()

@@ -26,7 +26,7 @@ from gateway.node import Node
 from gateway.settings import GatewaySettings
 from gateway.tls import ReloadingContext, TLSSettingsError, TLSSetup, serve_tls_connection
 from meta.local_store import LocalMetadataStore
-from storage import open_embedded_store
+from storage import DiskFull, open_embedded_store
 
 log = logging.getLogger("mqgw.server")
 
@@ -140,7 +140,7 @@ def run(settings: GatewaySettings, backend: str = "asyncio") -> None:
     options = {"use_uvloop": _has_uvloop()} if backend == "asyncio" else {}
     try:
         anyio.run(serve, settings, backend=backend, backend_options=options)
-    except TLSSettingsError as error:
+    except (TLSSettingsError, DiskFull) as error:  # DiskFull: only a brand new store
         raise SystemExit(f"mqgw: cannot start: {error}") from None
 
 

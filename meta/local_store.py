@@ -9,6 +9,12 @@ Writes are group-committed: concurrent mutations share one write, and snapshots
 are taken under a lock so an older snapshot never replaces a newer one.
 Queue ids come from a counter persisted in blocks ahead of use, so an id is never
 handed out twice, even across crashes and even for transient queues.
+
+A full disk (ENOSPC, EDQUOT) does not fail a change: it stays in memory, the failure is
+logged once, and ``retry_write`` (the node's housekeeping, every second) writes it once
+space returns. A crash before then forgets it, as if it had not been made. (Should a queue
+id from an unwritten block be handed out again after such a crash, the log store still
+never gives the new queue an old record: each queue's ``created_at`` guards that.)
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pydantic import BaseModel
 from meta import checks
 from meta.amqp_values import from_json, to_json
 from meta.errors import vhost_not_found
+from meta.metadata_file import MetadataFile
 from meta.models import (
     BUILTIN_EXCHANGE_TYPES,
     DEFAULT_VHOST,
@@ -63,21 +70,6 @@ def _load(model_type: type[_M], data: dict[str, Any]) -> _M:
     return model_type.model_validate(data)
 
 
-def write_file_atomically(path: Path, payload: bytes) -> None:
-    """Replace ``path`` with ``payload`` so that a crash leaves old or new, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
-
-
 class LocalMetadataStore:
     """The MetadataStore of an embedded node. Construct once; it loads synchronously."""
 
@@ -106,12 +98,15 @@ class LocalMetadataStore:
         self._persisted_version = 0
         self._persisted_queue_id_floor = 1
         self._write_lock = anyio.Lock()
+        self._file = MetadataFile(self._path)  # on a full disk: in memory, see retry_write
         if self._path.exists():
             self._load_file()
         else:
             self._bootstrap()
-            write_file_atomically(self._path, self._snapshot())
-            self._persisted_queue_id_floor = self._queue_id_reserved_until
+            self._version = 1
+            if self._file.write(self._snapshot()):
+                self._persisted_version = 1
+                self._persisted_queue_id_floor = self._queue_id_reserved_until
 
     # --- persistence ---
 
@@ -191,7 +186,8 @@ class LocalMetadataStore:
         )
 
     async def _commit(self) -> None:
-        """Persist everything up to now; returns once it is durable on disk."""
+        """Persist everything up to now; returns once it is durable on disk (on a full disk:
+        once it is kept in memory for ``retry_write``)."""
         self._version += 1
         target = self._version
         async with self._write_lock:
@@ -199,8 +195,13 @@ class LocalMetadataStore:
                 return  # another writer's snapshot already contained our change
             version, floor = self._version, self._queue_id_reserved_until
             payload = self._snapshot()
-            await anyio.to_thread.run_sync(write_file_atomically, self._path, payload)
-            self._persisted_version, self._persisted_queue_id_floor = version, floor
+            if await anyio.to_thread.run_sync(self._file.write, payload):
+                self._persisted_version, self._persisted_queue_id_floor = version, floor
+
+    async def retry_write(self) -> None:
+        """Write what a full disk kept in memory (cheap when everything is on disk)."""
+        if self._persisted_version < self._version:
+            await self._commit()
 
     async def _commit_if(self, durable_changed: bool) -> None:
         # A new queue-id block must be on disk before any id from it is handed out.

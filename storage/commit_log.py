@@ -144,7 +144,7 @@ class CommitLog:
                     self.sealed_ts_ms[segment.start] = store_ts_ms
         except OSError as exc:
             self._roll_back(created, touched)
-            if exc.errno == errno.ENOSPC:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFull("no space left on device; append rolled back", exc.errno) from exc
             raise StoreWriteError(f"commitlog write failed: {exc}", exc.errno) from exc
 

@@ -26,6 +26,7 @@ from storage.errors import StoreWriteError
 from storage.file_system import FileSystem
 from storage.log_store import Clock, LogStore
 from storage.record import Record
+from storage.recovery import finish_recovery
 from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, RetentionReport
 
 log = logging.getLogger("mqgw.storage")
@@ -162,6 +163,9 @@ class EmbeddedStore:
     async def checkpoint(self) -> None:
         if not self._sync:
             await self.committer.flush_now()
+        # Index entries recovery could not write on a full disk: here, on the loop (appends
+        # write the indexes too). Until they are in, no checkpoint is written.
+        finish_recovery(self.log)
         ticket = self.log.begin_checkpoint()
         await anyio.to_thread.run_sync(self.log.checkpoint, ticket)
 

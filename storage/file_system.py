@@ -40,15 +40,19 @@ class FileSystem:
     def write_atomic(self, path: Path, data: bytes) -> None:
         """Replace ``path`` with ``data`` so that a crash leaves the old or the new file whole."""
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[self.pwrite(fd, view, len(data) - len(view)) :]
-            self.fsync(fd)
-        finally:
-            os.close(fd)
-        tmp.replace(path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[self.pwrite(fd, view, len(data) - len(view)) :]
+                self.fsync(fd)
+            finally:
+                os.close(fd)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a half-written temp file would only hold space
+            raise
         self.fsync_dir(path.parent)
 
     def sync_filesystem(self, path: Path) -> bool:

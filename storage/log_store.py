@@ -22,6 +22,7 @@ from storage.config import StoreConfig
 from storage.consume_queue import ConsumeQueue
 from storage.errors import (
     CorruptionError,
+    DiskFull,
     QueueExists,
     StoreClosed,
     StoreError,
@@ -42,7 +43,7 @@ from storage.record import (
     Record,
     StoredMessage,
 )
-from storage.recovery import recover
+from storage.recovery import PendingIndex, finish_recovery, recover
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,
@@ -54,7 +55,14 @@ from storage.results import (
     RetentionReport,
 )
 from storage.segment_files import segment_name
-from storage.state_files import Checkpoint, ConsumerOffsets, QueueInfo, QueueRegistry
+from storage.state_files import (
+    Checkpoint,
+    ConsumerOffsets,
+    DeferredWrites,
+    QueueInfo,
+    QueueRegistry,
+    write_new_layout,
+)
 
 log = logging.getLogger("mqgw.storage")
 
@@ -127,13 +135,17 @@ class LogStore:
         self.commit_log = CommitLog(
             fs, root / "commitlog", config.segment_size_bytes, config.max_record_bytes
         )
-        self.registry = QueueRegistry(fs, root / "queues.json")
-        self.offsets = ConsumerOffsets(fs, root / "offsets.json")
+        # State writes a full disk refused (logged once, retried by housekeeping).
+        self.deferred = DeferredWrites()
+        self.registry = QueueRegistry(fs, root / "queues.json", self.deferred)
+        self.offsets = ConsumerOffsets(fs, root / "offsets.json", self.deferred)
         self.checkpoint_path = root / "checkpoint.json"
         self.cqs: dict[tuple[int, int], ConsumeQueue] = {}
         self.durable_offset = 0
         self.checkpointed_offset = 0  # the dispatched offset of the last checkpoint written
         self.recovery: RecoveryReport | None = None
+        # Set while recovery's index entries wait for space (recovery.finish_recovery).
+        self.pending_index: PendingIndex | None = None
         self._lock_fd = -1
         self._closed = False
 
@@ -202,7 +214,7 @@ class LogStore:
         }
         existing = read_layout(self.config.data_dir)
         if existing is None:
-            self.fs.write_atomic(self.config.data_dir / "layout.json", json.dumps(layout).encode())
+            write_new_layout(self.fs, self.config.data_dir, layout)
         elif existing != layout:
             raise StoreError(
                 f"{self.config.data_dir} was created with {existing}; configured {layout}"
@@ -298,8 +310,10 @@ class LogStore:
         start = self.commit_log.write_offset
         if not records:
             return AppendResult(start, start, 0)
-        if self.registry.dirty:
-            self.registry.save()
+        if self.pending_index is not None:  # housekeeping writes them once space returns
+            raise DiskFull("recovery's index entries wait for space; nothing appended")
+        if self.registry.dirty and not self.registry.save():
+            raise DiskFull("no space left for the queue registry; nothing appended")
         store_ts = max(self.clock(), self.commit_log.last_store_ts_ms)
         offsets: list[int] = []
         first, runs = self.commit_log.append(records, store_ts, offsets)
@@ -350,14 +364,28 @@ class LogStore:
         paths = [s.path for cq in self.cqs.values() for s in cq.take_dirty()]
         return FlushTicket([], self.commit_log.write_offset, paths, self.config.data_dir)
 
-    def checkpoint(self, ticket: FlushTicket | None = None) -> None:
-        """Record where recovery may start; the commitlog must be durable up to there."""
+    def checkpoint(self, ticket: FlushTicket | None = None) -> bool:
+        """Record where recovery may start; the commitlog must be durable up to there.
+
+        A full disk is no error here: the registry or checkpoint not written is logged once
+        and written by a later call; the checkpoint on disk stays valid, only older. Returns
+        whether a checkpoint was written. Without a ticket (the owner's thread) it first adds
+        index entries recovery could not write for lack of space (finish_recovery)."""
+        if ticket is None:
+            finish_recovery(self, wait=False)
+            ticket = self.begin_checkpoint()
         if self.registry.dirty:
             self.registry.save()
-        dispatched = (ticket or self.begin_checkpoint()).sync(self.fs)
+        dispatched = ticket.sync(self.fs)
+        if self.pending_index is not None:
+            return False  # indexes incomplete: the checkpoint must not move
         checkpoint = Checkpoint(min(dispatched, self.durable_offset))
-        checkpoint.save(self.fs, self.checkpoint_path)
+        if not self.deferred.attempt(
+            "checkpoint", lambda: checkpoint.save(self.fs, self.checkpoint_path)
+        ):
+            return False
         self.checkpointed_offset = checkpoint.dispatched
+        return True
 
     def persist_offsets(self) -> None:
         if self.offsets.changed:

@@ -9,11 +9,21 @@ Where validation stops we decide between two cases:
 Then consume-queue entries pointing past the end are dropped, and entries missing after the
 checkpoint are re-dispatched from the records' destination lists (idempotent: an entry is only
 added when its record lies beyond the queue's last entry).
+
+Nothing here needs free space to succeed. Cutting a torn tail and dropping index entries only
+shrink files (and the cut is fsynced with the tail segment, whatever happens to the checkpoint).
+The new checkpoint is only an optimisation: on a full disk it is not written, the old one stays
+valid (an earlier start for the next recovery) and housekeeping writes it later. Index entries
+that cannot be re-dispatched for lack of space are rolled back to whole entries and left to
+``finish_recovery``: until it succeeds appends are refused (DiskFull) and no checkpoint is
+written, so the indexes never grow a gap and a crash meanwhile simply recovers again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from storage.commit_log import CommitLog, ScanEnd
@@ -22,6 +32,7 @@ from storage.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
     CQ_ENTRY,
+    CQ_ENTRY_SIZE,
     DEST,
     DEST_SIZE,
     HEAD,
@@ -40,12 +51,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("mqgw.storage")
 
 _PENDING_FLUSH_BYTES = 4 << 20
+_RETRY_FIRST_S = 1.0
+_RETRY_MAX_S = 64.0
 
 
 def recover(store: LogStore, checkpoint: Checkpoint) -> RecoveryReport:
     commit_log = store.commit_log
     files = commit_log.files
     start = max(checkpoint.dispatched, files.min_offset)
+    # The checkpoint on disk: valid (if old) whether or not a new one can be written.
+    store.checkpointed_offset = start
     data_end = commit_log.logical_end
     if files.segments and start > data_end:
         raise CorruptionError(
@@ -74,7 +89,8 @@ def recover(store: LogStore, checkpoint: Checkpoint) -> RecoveryReport:
     for cq in store.cqs.values():
         # A partly expired first segment: the minimum is the first entry still in the log.
         cq.drop_before_commit_offset(commit_log.min_offset)
-    redispatched = _redispatch(store, start)
+    pending = store.pending_index = PendingIndex(start)
+    redispatched = _attempt(store, pending) or 0
     # What we recovered may sit unsynced in the page cache after a kill: make it durable now,
     # so the durable offset and the next checkpoint are honest.
     if files.last is not None:
@@ -83,11 +99,62 @@ def recover(store: LogStore, checkpoint: Checkpoint) -> RecoveryReport:
         if cq.files.last is not None:
             cq.dirty[cq.files.last.start] = cq.files.last
     store.flush()
-    store.checkpoint()
+    # The indexes are fsynced whether or not the checkpoint file can be written (a full
+    # disk): entries cut above must not come back once appends resume.
+    store.checkpoint(store.begin_checkpoint())
     report = RecoveryReport(start, end.offset, truncated, redispatched, dropped)
     if truncated or redispatched or dropped:
         log.info("recovery: %s", report)
     return report
+
+
+@dataclass
+class PendingIndex:
+    """Index entries recovery could not write for lack of space: re-dispatched from
+    ``start`` (idempotent) by ``finish_recovery``."""
+
+    start: int
+    retry_at: float = 0.0  # time.monotonic()
+    backoff_s: float = _RETRY_FIRST_S
+
+
+def finish_recovery(store: LogStore, wait: bool = True) -> bool:
+    """Add the index entries recovery could not write; True once none are missing. Runs on
+    the store's owner (it writes the indexes). Each attempt rescans the log from the old
+    checkpoint, so with ``wait`` (housekeeping) a failed one is repeated only after a pause
+    growing from 1 s to 64 s; ``wait=False`` tries now."""
+    pending = store.pending_index
+    if pending is None:
+        return True
+    if wait and time.monotonic() < pending.retry_at:
+        return False
+    return _attempt(store, pending) is not None
+
+
+def _attempt(store: LogStore, pending: PendingIndex) -> int | None:
+    """Re-dispatch; the number of entries added, or None when the disk is still full (the
+    indexes are then cut back to whole entries)."""
+    counted: list[int] = []
+    if store.deferred.attempt(
+        "recovered index entries", lambda: counted.append(_redispatch(store, pending.start))
+    ):
+        store.pending_index = None
+        return counted[0]
+    _drop_partial_entries(store)
+    pending.retry_at = time.monotonic() + pending.backoff_s
+    pending.backoff_s = min(2 * pending.backoff_s, _RETRY_MAX_S)
+    return None
+
+
+def _drop_partial_entries(store: LogStore) -> None:
+    """A write that failed part-way may leave bytes (even a new file) past an index's last
+    whole entry: cut them, so that nothing but whole entries is ever read or reloaded."""
+    for cq in store.cqs.values():
+        end = cq.max_offset * CQ_ENTRY_SIZE
+        cq.files.truncate_from(end)
+        last = cq.files.last
+        if last is not None and last.start <= end:
+            cq.files.truncate(last, end - last.start)
 
 
 def valid_data_after(commit_log: CommitLog, end: ScanEnd) -> bool:

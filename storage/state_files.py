@@ -1,13 +1,65 @@
-"""Small JSON state files, each replaced atomically: queue registry, offsets, checkpoint."""
+"""Small JSON state files, each replaced atomically: queue registry, offsets, checkpoint.
+
+On a full disk (ENOSPC, EDQUOT) none of them is worth stopping the store for: the file on
+disk stays whole (old contents), the new state stays in memory, the failure is logged once
+and the next housekeeping pass writes it again (``DeferredWrites``).
+"""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storage.errors import DiskFull
 from storage.file_system import FileSystem
+
+log = logging.getLogger("mqgw.storage")
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
+
+
+class DeferredWrites:
+    """State writes a full disk refused: each logged once when it starts failing and once
+    when it is written again. Any other OSError is raised as before."""
+
+    def __init__(self) -> None:
+        self.failing: set[str] = set()
+
+    def attempt(self, what: str, write: Callable[[], None]) -> bool:
+        """Run ``write``; False (logged once) when the disk is full."""
+        try:
+            write()
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            if what not in self.failing:
+                self.failing.add(what)
+                log.warning("disk full: %s not written, will retry (%s)", what, error.strerror)
+            return False
+        if what in self.failing:
+            self.failing.discard(what)
+            log.info("disk space is back: %s written", what)
+        return True
+
+
+def write_new_layout(fs: FileSystem, data_dir: Path, layout: dict[str, int]) -> None:
+    """``layout.json`` of a brand new store: the one write a store cannot open without."""
+    try:
+        fs.write_atomic(data_dir / "layout.json", json.dumps(layout).encode())
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        message = f"cannot create a new store in {data_dir}: no space left"
+        raise DiskFull(message, error.errno) from error
 
 
 def _read_json(path: Path) -> Any:
@@ -37,9 +89,10 @@ class QueueInfo:
 
 
 class QueueRegistry:
-    def __init__(self, fs: FileSystem, path: Path) -> None:
+    def __init__(self, fs: FileSystem, path: Path, deferred: DeferredWrites | None = None) -> None:
         self.fs = fs
         self.path = path
+        self.deferred = deferred or DeferredWrites()
         self.queues: dict[int, QueueInfo] = {}
         self.dirty = False  # changed in memory, not yet on disk
 
@@ -47,11 +100,17 @@ class QueueRegistry:
         data = _read_json(self.path) or {}
         self.queues = {int(k): QueueInfo(**v) for k, v in data.get("queues", {}).items()}
 
-    def save(self) -> None:
+    def save(self) -> bool:
+        """Write the registry. On a full disk: False, and it stays dirty (written again by the
+        next append or checkpoint); the file on disk keeps its older contents."""
         self.dirty = False
-        _write_json(
-            self.fs, self.path, {"queues": {str(k): asdict(v) for k, v in self.queues.items()}}
-        )
+        document = {"queues": {str(k): asdict(v) for k, v in self.queues.items()}}
+        if self.deferred.attempt(
+            "queue registry", lambda: _write_json(self.fs, self.path, document)
+        ):
+            return True
+        self.dirty = True
+        return False
 
 
 OffsetKey = tuple[str, int, int]  # (group, queue id, partition)
@@ -60,9 +119,10 @@ OffsetKey = tuple[str, int, int]  # (group, queue id, partition)
 class ConsumerOffsets:
     """Committed offsets per (group, queue id, partition); written only when changed."""
 
-    def __init__(self, fs: FileSystem, path: Path) -> None:
+    def __init__(self, fs: FileSystem, path: Path, deferred: DeferredWrites | None = None) -> None:
         self.fs = fs
         self.path = path
+        self.deferred = deferred or DeferredWrites()
         self.offsets: dict[OffsetKey, int] = {}
         # What offsets.json holds: reclaim keeps what a restart would read again from it.
         self.persisted: dict[OffsetKey, int] = {}
@@ -85,10 +145,17 @@ class ConsumerOffsets:
             groups.setdefault(group, {})[f"{queue_id}/{partition}"] = offset
         return json.dumps({"groups": groups}, separators=(",", ":"), sort_keys=True).encode()
 
-    def write(self, snapshot: bytes) -> None:
+    def write(self, snapshot: bytes) -> bool:
+        """Write a snapshot (any thread). On a full disk: False, and the offsets are marked
+        changed so that the next persist writes them; reclaim keeps using the older file's."""
         taken = self._snapshotted
-        self.fs.write_atomic(self.path, snapshot)
+        if not self.deferred.attempt(
+            "consumer offsets", lambda: self.fs.write_atomic(self.path, snapshot)
+        ):
+            self.changed = True
+            return False
         self.persisted = taken
+        return True
 
     def reclaim_view(self) -> dict[OffsetKey, int]:
         """Per live key the lower of its live and its persisted offset."""
