@@ -157,19 +157,8 @@ class Access:
         if grants is not None:
             grants.reset(self._permissions.get(key))
 
-    def permission(self, user: str, vhost: str) -> CompiledPermission | None:
-        return self._permissions.get((user, vhost))
-
     def may_use_vhost(self, user: str, vhost: str) -> bool:
         return (user, vhost) in self._permissions
-
-    def allowed(self, user: str, vhost: str, kind: Kind, name: str) -> bool:
-        """Whether ``user`` may ``kind`` the resource ``name`` in ``vhost``.
-
-        The default exchange is written to as "amq.default" (RabbitMQ's name for it in
-        permission checks), so ``^amq\\.default$`` style rules work as they do there."""
-        compiled = self._permissions.get((user, vhost))
-        return compiled is not None and compiled.allows(kind, name or "amq.default")
 
     async def set_permission(self, permission: Permission) -> None:
         compiled = CompiledPermission.of(permission)  # a bad regex fails before the store

@@ -189,11 +189,7 @@ class Controls:
 
     def attach_session(self, session: Session) -> None:
         chain = self._session_chain(session)
-        state = None
-        for control in chain:
-            if control.state is not None:
-                state = control.state
-        session.stopped = state == "stopped"
+        session.stopped = self._summary(chain)["state"] == "stopped"
         session.limits = self._limits(chain)
 
     def attach_queue(self, queue: QueueRuntime) -> None:
