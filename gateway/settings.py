@@ -183,6 +183,10 @@ class GatewaySettings(BaseSettings):
     disk_budget_bytes: int | None = Field(
         None, gt=0, description="commitlog size above which publishers are blocked"
     )
+    gc_max_live_ratio: float = Field(
+        0.5, ge=0, le=1, description="copy a head segment's live records forward below this share"
+    )
+    gc_copy_rate_bytes: int = _positive("garbage collector copy budget (bytes/s)", 32 << 20)
     min_free_disk_bytes: int = Field(
         50 << 20, ge=0, description="below this free space publishers are blocked"
     )
@@ -276,5 +280,7 @@ class GatewaySettings(BaseSettings):
             min_retention_ms=self.min_retention_ms,
             disk_budget_bytes=self.disk_budget_bytes,
             retention_check_interval_ms=self.retention_check_interval_ms,
+            gc_max_live_ratio=self.gc_max_live_ratio,
+            gc_copy_rate_bytes=self.gc_copy_rate_bytes,
             verify_crc_on_read=self.verify_crc_on_read,
         )

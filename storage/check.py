@@ -33,6 +33,7 @@ from storage.log_store import read_layout
 from storage.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
+    COPY_MAGIC,
     HEADER,
     HEADER_SIZE,
     HOLE_MAGIC,
@@ -44,7 +45,10 @@ from storage.segment_files import segment_name
 
 _RESYNC_CHUNK_BYTES = 4 << 20
 _MAGICS = re.compile(
-    b"|".join(re.escape(struct.pack("<I", m)) for m in (MESSAGE_MAGIC, BLANK_MAGIC, HOLE_MAGIC))
+    b"|".join(
+        re.escape(struct.pack("<I", m))
+        for m in (MESSAGE_MAGIC, COPY_MAGIC, BLANK_MAGIC, HOLE_MAGIC)
+    )
 )
 
 

@@ -17,6 +17,7 @@ from storage.errors import DiskFull, StoreWriteError
 from storage.file_system import FileSystem
 from storage.record import (
     BLANK_SIZE,
+    COPY_MAGIC,
     DEST_SIZE,
     HEADER,
     HEADER_SIZE,
@@ -27,6 +28,7 @@ from storage.record import (
     check_record,
     encode_blank,
     encode_chunk,
+    relocated_copy,
 )
 from storage.segment_files import Segment, SegmentFiles
 
@@ -127,6 +129,33 @@ class CommitLog:
         first = next(offset for offset, _, is_filler in plan if not is_filler)
         return first, runs
 
+    def append_copies(self, raws: Sequence[bytes]) -> list[int]:
+        """Append whole records again as copies (the garbage collector's relocation); returns
+        their new offsets. All or nothing, like ``append``; nothing is dispatched."""
+        plan: list[tuple[int, bytes | bytearray, bool]] = []
+        offsets: list[int] = []
+        pos = self.write_offset
+        size = self.segment_size
+        ts = self.last_store_ts_ms
+        chunk = bytearray()
+        chunk_start = pos
+        for raw in raws:
+            segment_end = pos - pos % size + size
+            if pos + len(raw) > segment_end - BLANK_SIZE:
+                if chunk:
+                    plan.append((chunk_start, chunk, False))
+                    chunk = bytearray()
+                plan.append((pos, encode_blank(pos, segment_end - pos, ts), True))
+                pos = chunk_start = segment_end
+            chunk += relocated_copy(raw, pos)
+            offsets.append(pos)
+            pos += len(raw)
+        if chunk:
+            plan.append((chunk_start, chunk, False))
+        self._write(plan, ts)
+        self.write_offset = pos
+        return offsets
+
     def _write(self, plan: list[tuple[int, bytes | bytearray, bool]], store_ts_ms: int) -> None:
         created: list[Segment] = []
         touched: dict[int, tuple[Segment, int]] = {}
@@ -210,7 +239,7 @@ class CommitLog:
         if not len(buf) < size <= min(avail, self.max_record_bytes):
             return None
         body_end = HEADER_SIZE + DEST_SIZE * fields[7] + sum(fields[8:12])
-        if fields[1] != MESSAGE_MAGIC or fields[3] != pos or body_end != size:
+        if fields[1] not in (MESSAGE_MAGIC, COPY_MAGIC) or fields[3] != pos or body_end != size:
             return None
         whole = self.files.fs.pread(segment.fd, size, rel)
         return whole if len(whole) == size else None

@@ -5,15 +5,23 @@ commitlog offset u64, record size u32, timestamp u64 (store time; later a TTL de
 Counting, purging and expiry are offset arithmetic on these files; they never read message
 bodies. Writes go to the page cache and are fsynced by the store checkpoint; anything lost is
 rebuilt from the commitlog on recovery, because each record names its destinations.
+
+The garbage collector may re-point an entry at a copy of its record further ahead (the size's
+RELOCATED_ENTRY bit says so). Entries from the original dispatch stay in commit order, and a
+relocated entry always points past every original entry before it, so "the lowest commit
+offset from here on" is found by reading up to the first original entry, not the whole queue.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from storage.file_system import FileSystem
-from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE
+from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE, ENTRY_SIZE_MASK, RELOCATED_ENTRY
 from storage.segment_files import Segment, SegmentFiles
+
+_SCAN_ENTRIES = 1024  # entries read per pread while scanning
 
 
 class ConsumeQueue:
@@ -44,8 +52,19 @@ class ConsumeQueue:
             self.files.truncate(last, last.written - torn)
         self.min_offset = self.files.min_offset // CQ_ENTRY_SIZE
         self.max_offset = last.end // CQ_ENTRY_SIZE
-        if self.max_offset > self.min_offset:
-            self.last_commit_offset = self.entry(self.max_offset - 1)[0]
+        self.refresh_last_commit()
+
+    def refresh_last_commit(self) -> None:
+        self.last_commit_offset = self._last_original_commit()
+
+    def _last_original_commit(self) -> int:
+        """The newest dispatched record's offset (recovery re-dispatches after it); relocated
+        entries point at copies, which are never dispatched, so they do not count."""
+        for logical in range(self.max_offset - 1, self.min_offset - 1, -1):
+            commit, size, _ = self.entry(logical)
+            if not size & RELOCATED_ENTRY:
+                return commit
+        return -1
 
     def prepare(self) -> None:
         """Create the first index file of an empty queue (append would, on first use)."""
@@ -92,9 +111,7 @@ class ConsumeQueue:
             dropped += 1
         if dropped:
             self.files.truncate_from(self.max_offset * CQ_ENTRY_SIZE)
-            self.last_commit_offset = (
-                self.entry(self.max_offset - 1)[0] if self.max_offset > self.min_offset else -1
-            )
+            self.last_commit_offset = self._last_original_commit()
         return dropped
 
     def drop_before_commit_offset(self, commit_min: int) -> None:
@@ -103,7 +120,7 @@ class ConsumeQueue:
         while len(self.files.segments) > 1:
             first = self.files.segments[0]
             last_in_first = (first.start + first.written) // CQ_ENTRY_SIZE - 1
-            if self.entry(last_in_first)[0] >= commit_min:
+            if self._ordered_commit(last_in_first) >= commit_min:
                 break
             self.files.remove_first()
         lo = max(self.min_offset, self.files.min_offset // CQ_ENTRY_SIZE)
@@ -111,11 +128,68 @@ class ConsumeQueue:
         # Binary search the first entry still pointing into the commitlog.
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.entry(mid)[0] < commit_min:
+            if self._ordered_commit(mid) < commit_min:
                 lo = mid + 1
             else:
                 hi = mid
         self.min_offset = max(self.min_offset, lo)
+
+    def _ordered_commit(self, logical: int) -> int:
+        """A key in commit order for the binary searches: an original entry's own offset; for
+        a relocated one, that of the next original entry (an older message goes with it)."""
+        for commit, size in self._scan(logical):
+            if not size & RELOCATED_ENTRY:
+                return commit
+        return self.entry(logical)[0]
+
+    def _scan(self, start: int) -> Iterator[tuple[int, int]]:
+        """(commit offset, raw size) of the entries from ``start`` to the end, read in chunks."""
+        for _logical, commit, size, _ts in self.entries_from(start):
+            yield commit, size
+
+    def entries_from(self, start: int) -> Iterator[tuple[int, int, int, int]]:
+        """(logical offset, commit offset, raw size, timestamp) from ``start`` on."""
+        pos = max(start, self.min_offset)
+        while pos < self.max_offset:
+            count = min(_SCAN_ENTRIES, self.max_offset - pos)
+            for i, (commit, size, ts) in enumerate(
+                CQ_ENTRY.iter_unpack(self.read_entries(pos, count))
+            ):
+                yield pos + i, commit, size, ts
+            pos += count
+
+    def lowest_commit(self, start: int) -> int | None:
+        """The lowest commit offset any entry from ``start`` on points at (None: no entries):
+        relocated entries up to the first original one, then that one."""
+        lowest: int | None = None
+        for commit, size in self._scan(start):
+            lowest = commit if lowest is None else min(lowest, commit)
+            if not size & RELOCATED_ENTRY:
+                break
+        return lowest
+
+    def entries_into(self, start: int, low: int, high: int) -> list[tuple[int, int, int, int]]:
+        """Entries from ``start`` on pointing into commit offsets [low, high): (logical,
+        commit, size, timestamp). Stops at the first original entry at or past ``high``."""
+        found = []
+        for logical, commit, size, ts in self.entries_from(start):
+            if low <= commit < high:
+                found.append((logical, commit, size & ENTRY_SIZE_MASK, ts))
+            elif commit >= high and not size & RELOCATED_ENTRY:
+                break
+        return found
+
+    def repoint(self, logical: int, commit: int, size: int, ts: int) -> Segment:
+        """Point entry ``logical`` at a copy of its record; returns the file written."""
+        pos = logical * CQ_ENTRY_SIZE
+        segment = self.files.find(pos)
+        if segment is None or pos + CQ_ENTRY_SIZE > segment.end:
+            raise ValueError(f"entry {logical} is not in queue {self.queue_id}'s files")
+        self.files.write(
+            segment, CQ_ENTRY.pack(commit, size | RELOCATED_ENTRY, ts), pos - segment.start
+        )
+        self.dirty[segment.start] = segment
+        return segment
 
     def offset_for_time(self, ts_ms: int) -> int:
         """First logical offset whose timestamp is >= ts_ms (max_offset if none)."""

@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from storage.collector import CollectorStats, replay_journal
 from storage.commit_log import CommitLog
 from storage.config import StoreConfig
 from storage.consume_queue import ConsumeQueue
@@ -32,9 +33,11 @@ from storage.errors import (
 )
 from storage.file_system import FileSystem
 from storage.record import (
+    COPY_MAGIC,
     CQ_ENTRY,
     CQ_ENTRY_SIZE,
     DEST_SIZE,
+    ENTRY_SIZE_MASK,
     HEADER,
     HEADER_SIZE,
     HOLE_MAGIC,
@@ -70,6 +73,7 @@ Clock = Callable[[], int]  # milliseconds since the epoch
 
 _READ_GAP_BYTES = 64 << 10  # records this close together are fetched with one pread
 _SYNCFS_ABOVE_FILES = 64  # more dirty index files than this: one syncfs instead of fsyncs
+_CLEAN_MARKER = "CLEAN"  # written by close(), removed at open
 
 
 def read_layout(data_dir: Path) -> dict[str, int] | None:
@@ -146,6 +150,14 @@ class LogStore:
         self.recovery: RecoveryReport | None = None
         # Set while recovery's index entries wait for space (recovery.finish_recovery).
         self.pending_index: PendingIndex | None = None
+        # The head segment a garbage collection is relocating records out of (see
+        # storage/collector.py): not deleted until its entries are durably re-pointed.
+        self.gc_hold: int | None = None
+        # Whether the last run ended with close(); if not, per (queue, partition) the index
+        # length found at open: anything below may have been delivered before the crash.
+        self.clean_start = False
+        self.unclean_marks: dict[tuple[int, int], int] = {}
+        self.collected = CollectorStats()
         self._lock_fd = -1
         self._closed = False
 
@@ -175,11 +187,23 @@ class LogStore:
             store.commit_log.load()
             for info in store.registry.queues.values():
                 store._open_queue(info)
+            replay_journal(store)
             store.recovery = recover(store, Checkpoint.load(store.checkpoint_path))
+            store._note_shutdown_kind()
         except BaseException:
             store._release()
             raise
         return store
+
+    def _note_shutdown_kind(self) -> None:
+        marker = self.config.data_dir / _CLEAN_MARKER
+        self.clean_start = marker.exists()
+        if self.clean_start:
+            # Durably gone before anything is delivered: a crash from now on is unclean.
+            self.fs.unlink(marker)
+            self.fs.fsync_dir(self.config.data_dir)
+        else:
+            self.unclean_marks = {key: cq.max_offset for key, cq in self.cqs.items()}
 
     def _check_file_limit(self) -> None:
         """Each queue partition keeps its newest index file open: make room, or warn."""
@@ -238,6 +262,10 @@ class LogStore:
             self.durable_offset = self.commit_log.write_offset
             self.checkpoint()
             self.persist_offsets()
+            marker = self.config.data_dir / _CLEAN_MARKER
+            self.deferred.attempt(
+                "clean shutdown marker", lambda: self.fs.write_atomic(marker, b"")
+            )
         finally:
             self._release()
 
@@ -417,7 +445,8 @@ class LogStore:
         entries = list(CQ_ENTRY.iter_unpack(cq.read_entries(offset, min(max_count, high - offset))))
         total = 0
         count = 0
-        for _, size, _ in entries:
+        for _, raw_size, _ in entries:
+            size = raw_size & ENTRY_SIZE_MASK
             if count and total + size > max_bytes:
                 break
             total += size
@@ -442,7 +471,7 @@ class LogStore:
         i, n = 0, len(entries)
         while i < n:
             base, size, _ = entries[i]
-            end = base + size
+            end = base + (size & ENTRY_SIZE_MASK)
             j = i + 1
             while j < n:
                 commit, size, _ = entries[j]
@@ -450,7 +479,7 @@ class LogStore:
                     break
                 if commit // segment_size != base // segment_size:
                     break
-                end = commit + size
+                end = commit + (size & ENTRY_SIZE_MASK)
                 j += 1
             if base < min_commit:
                 i = j
@@ -459,6 +488,7 @@ class LogStore:
             limit = len(buf)
             for k in range(i, j):
                 commit, size, _ = entries[k]
+                size &= ENTRY_SIZE_MASK
                 pos = commit - base
                 if pos + size > limit:
                     raise self._corrupt(commit, "record runs past the end of the commitlog")
@@ -477,9 +507,12 @@ class LogStore:
                     b_len,
                 ) = unpack_from(buf, pos)
                 if magic != MESSAGE_MAGIC or total != size or physical != commit:
-                    if magic == HOLE_MAGIC:
+                    if magic == COPY_MAGIC and total == size and physical == commit:
+                        pass  # relocated by the garbage collector
+                    elif magic == HOLE_MAGIC:
                         continue  # removed by repair; `storage check` listed it
-                    raise self._corrupt(commit, "consume queue entry does not match the record")
+                    else:
+                        raise self._corrupt(commit, "consume queue entry does not match the record")
                 if verify and crc32(buf[pos + 12 : pos + size]) != crc:
                     raise self._corrupt(commit, "crc mismatch")
                 p = pos + HEADER_SIZE + dests * DEST_SIZE
@@ -558,25 +591,36 @@ class LogStore:
 
     # -- reclaim and retention -----------------------------------------------------------------
 
-    def pinned_offsets(self) -> dict[tuple[int, int], int]:
-        """Per (queue, partition) that still has something to read: the commitlog offset of
-        its oldest record some group has not consumed (every group's committed offset counts:
-        the queue's own, broadcast positions, the timer's levels; unacked deliveries lie past
-        the committed offset, which is the lowest unacknowledged one)."""
+    def read_starts(self) -> dict[tuple[int, int], int]:
+        """Per (queue, partition) that still has something to read: the lowest logical offset
+        some group has not consumed (every group's committed offset counts: the queue's own,
+        broadcast positions, the timer's levels; unacked deliveries lie past the committed
+        offset, which is the lowest unacknowledged one)."""
         committed = self.offsets.reclaim_view()  # a crash must not need what we delete
         lowest: dict[tuple[int, int], int] = {}
         for (_group, queue_id, partition), offset in committed.items():
             key = (queue_id, partition)
             if key in self.cqs and offset < lowest.get(key, offset + 1):
                 lowest[key] = offset
-        pins: dict[tuple[int, int], int] = {}
-        for key, cq in self.cqs.items():
+        starts: dict[tuple[int, int], int] = {}
+        for key in self.cqs:
             low, high = self.partition_range(*key)
             # A partition its queue has not committed on is read from its start.
             own = committed.get((QUEUE_GROUP, *key), 0)
             start = max(low, min(lowest.get(key, own), own))
             if start < high:
-                pins[key] = CQ_ENTRY.unpack_from(cq.read_entries(start, 1))[0]
+                starts[key] = start
+        return starts
+
+    def pinned_offsets(self) -> dict[tuple[int, int], int]:
+        """Per (queue, partition) with something to read: the lowest commitlog offset of a
+        record it can still read (re-pointed entries may point further ahead than later
+        ones; ConsumeQueue.lowest_commit accounts for them)."""
+        pins: dict[tuple[int, int], int] = {}
+        for key, start in self.read_starts().items():
+            lowest = self.cqs[key].lowest_commit(start)
+            if lowest is not None:
+                pins[key] = lowest
         return pins
 
     def reclaim_boundary(self) -> int:
@@ -584,6 +628,8 @@ class LogStore:
         is durable and checkpointed (so recovery never needs it)."""
         pins = self.pinned_offsets()
         bound = min(self.durable_offset, self.checkpointed_offset)
+        if self.gc_hold is not None:
+            bound = min(bound, self.gc_hold)
         return min(bound, *pins.values()) if pins else bound
 
     def apply_retention(self, now_ms: int | None = None) -> RetentionReport:

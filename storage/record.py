@@ -9,6 +9,10 @@ Layout (little-endian, byte offsets within the record; docs/storage.md has the f
     52 dest_count x (u32 queue_id, u16 partition, u16 reserved)
        exchange, routing_key, properties, body
 
+A copy (magic COPY_MAGIC) is a record the garbage collector moved forward out of a segment it
+wanted to delete: the same bytes with a new offset and checksum. Recovery never indexes a copy
+as a new message; the consume-queue entries that point at it say so with RELOCATED_ENTRY.
+
 A filler ("blank") closes a segment: total_size spans to the segment's end, magic BLANK_MAGIC,
 and it carries the store timestamp of the segment's last record so retention needs no scan.
 Encoding is per batch and stays in C calls (struct, join, crc32); destination bytes are cached
@@ -28,6 +32,7 @@ from storage.errors import RecordTooLarge
 MESSAGE_MAGIC = 0x4D514731  # "1GQM": a message record
 BLANK_MAGIC = 0x424C4E4B  # "KNLB": end-of-segment filler
 HOLE_MAGIC = 0x454C4F48  # "HOLE": a damaged record replaced by `mqgw storage repair`
+COPY_MAGIC = 0x4D59504F  # "OPYM": a message record relocated by the garbage collector
 
 HEAD = struct.Struct("<III")  # total_size, magic, crc
 TAIL = struct.Struct("<QQQIHBBII")  # physical_offset … body_len
@@ -39,6 +44,10 @@ BLANK = struct.Struct("<IIIQQ")  # total_size, magic, crc, physical_offset, last
 BLANK_SIZE = BLANK.size  # 28
 CQ_ENTRY = struct.Struct("<QIQ")  # commitlog offset, size, timestamp
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
+# High bit of an entry's size: the entry was re-pointed at a copy (records stay below 2 GiB).
+# Entries of the original dispatch are in commit order; relocated ones point further ahead.
+RELOCATED_ENTRY = 1 << 31
+ENTRY_SIZE_MASK = RELOCATED_ENTRY - 1
 
 Destination = tuple[int, int]  # (queue id, partition)
 
@@ -222,7 +231,7 @@ def check_record(buf: bytes | memoryview, pos: int, physical_offset: int) -> Rec
         if magic == HOLE_MAGIC:
             return RecordCheck(size, False, last_ts, "", is_hole=True)
         return RecordCheck(size, True, last_ts, "")
-    if magic != MESSAGE_MAGIC:
+    if magic not in (MESSAGE_MAGIC, COPY_MAGIC):
         if size == 0 and magic == 0:
             return RecordCheck(0, False, 0, "end of data")
         return RecordCheck(0, False, 0, f"bad magic {magic:#x}")
@@ -247,3 +256,13 @@ def decode_destinations(buf: bytes | memoryview, pos: int) -> tuple[Destination,
     return tuple(
         (q, p) for q, p, _ in (DEST.unpack_from(buf, base + i * DEST_SIZE) for i in range(count))
     )
+
+
+def relocated_copy(raw: bytes | bytearray | memoryview, new_offset: int) -> bytearray:
+    """The record ``raw`` (whole, valid) as a copy at ``new_offset``: same content, new offset
+    and magic, checksum recomputed."""
+    copy = bytearray(raw)
+    struct.pack_into("<I", copy, 4, COPY_MAGIC)
+    struct.pack_into("<Q", copy, 12, new_offset)
+    struct.pack_into("<I", copy, 8, zlib.crc32(memoryview(copy)[12:]))
+    return copy

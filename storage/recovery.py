@@ -31,6 +31,7 @@ from storage.errors import CorruptionError
 from storage.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
+    COPY_MAGIC,
     CQ_ENTRY,
     CQ_ENTRY_SIZE,
     DEST,
@@ -212,6 +213,8 @@ def _redispatch(store: LogStore, start: int) -> int:
     def visit(commit: int, buf: bytes, pos: int, size: int) -> None:
         nonlocal pending_bytes, count
         fields = HEADER.unpack_from(buf, pos)
+        if fields[1] == COPY_MAGIC:
+            return  # a relocated record: its entries already exist (see storage/collector.py)
         store_ts, dest_count = fields[5], fields[7]
         for i in range(dest_count):
             queue_id, partition, _ = DEST.unpack_from(buf, pos + HEADER_SIZE + i * DEST_SIZE)

@@ -40,6 +40,7 @@ from storage.record import (
     CQ_ENTRY_SIZE,
     HEADER_SIZE,
     HOLE_MAGIC,
+    RELOCATED_ENTRY,
     encode_blank,
 )
 from storage.segment_files import segment_name
@@ -191,16 +192,13 @@ def _point_entries_at_holes(root: Path, lost: list[tuple[int, int]], fs: FileSys
         count = len(data) // CQ_ENTRY_SIZE
         if not count:
             continue
-        first = CQ_ENTRY.unpack_from(data, 0)[0]
-        last = CQ_ENTRY.unpack_from(data, (count - 1) * CQ_ENTRY_SIZE)[0]
-        i = bisect.bisect_right(starts, last) - 1
-        if i < 0 or lost[i][1] <= first:
-            continue  # entries are in commit order: no lost range overlaps this file
+        # Every entry is checked: re-pointed entries (storage/collector.py) break commit order.
         for k in range(count):
-            commit, _, ts = CQ_ENTRY.unpack_from(data, k * CQ_ENTRY_SIZE)
+            commit, size, ts = CQ_ENTRY.unpack_from(data, k * CQ_ENTRY_SIZE)
             hole = hole_for(commit)
             if hole is not None:
-                CQ_ENTRY.pack_into(data, k * CQ_ENTRY_SIZE, hole, _SKIPPED_ENTRY_SIZE, ts)
+                skipped = _SKIPPED_ENTRY_SIZE | (size & RELOCATED_ENTRY)
+                CQ_ENTRY.pack_into(data, k * CQ_ENTRY_SIZE, hole, skipped, ts)
                 patched += 1
         fd = fs.open(path, create=False)
         try:
