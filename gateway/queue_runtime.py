@@ -97,6 +97,8 @@ class QueueRuntime:
         self.consumers: list[Consumer] = []
         self._rr = 0
         self.cursors = [0] * self.partitions  # next offset to fetch, per partition
+        # Below these offsets a message may have gone out before a crash: flagged redelivered.
+        self.maybe_delivered = [0] * self.partitions
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
         self.requeued: list[tuple[int, int, StoredMessage]] = []  # (commit offset, partition, m)
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]
@@ -132,8 +134,10 @@ class QueueRuntime:
     async def start(self) -> None:
         """Resume from the committed offsets: what was in flight at a stop is redelivered."""
         ready = 0
+        marks = await self.store.unclean_marks(self.queue_id)
         for p in range(self.partitions):
             self.cursors[p] = await self.store.committed_offset(QUEUE_GROUP, self.queue_id, p)
+            self.maybe_delivered[p] = marks.get(p, 0)
         stats = await self.store.queue_stats(self.queue_id)
         for s in stats.partitions:
             self.cursors[s.partition] = max(self.cursors[s.partition], s.min_offset)
@@ -311,7 +315,13 @@ class QueueRuntime:
             if self.behaviour.counts_deliveries:
                 returned = self.returns.get((partition, message.queue_offset), 0)
                 message = _stamped(message, returned)
-            return partition, message, redelivered or bool(message.flags & REDELIVERED_FLAG)
+            return (
+                partition,
+                message,
+                redelivered
+                or bool(message.flags & REDELIVERED_FLAG)
+                or message.queue_offset < self.maybe_delivered[partition],
+            )
 
     async def fill(self) -> None:
         """Fetch from the store when the buffer runs low (batched; merged by commit offset)."""

@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
+from storage import collector
 from storage.config import FlushPolicy, StoreConfig
 from storage.errors import StoreWriteError
 from storage.file_system import FileSystem
@@ -137,6 +138,12 @@ class EmbeddedStore:
     async def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
         return self.log.committed_offset(group, queue_id, partition)
 
+    async def unclean_marks(self, queue_id: int) -> dict[int, int]:
+        """After a crash: per partition, the index length found at open (messages below it
+        may have been delivered before the crash: RabbitMQ flags them redelivered). Empty
+        after a clean shutdown."""
+        return {p: n for (q, p), n in self.log.unclean_marks.items() if q == queue_id}
+
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
         return self.log.offset_for_time(queue_id, partition, ts_ms)
 
@@ -157,6 +164,51 @@ class EmbeddedStore:
             start = offset - offset % log.segment_size
             held[queue_id] = max(held.get(queue_id, 0), end - max(start, log.min_offset))
         return held
+
+    async def collect_garbage(self) -> int:
+        """One copy-forward collection of the head segment (storage/collector.py); returns
+        the bytes copied (0: nothing worth doing). Then reclaim deletes the segment."""
+        store = self.log
+        relocation = collector.plan_relocation(store, store.clock(), self.config.gc_max_live_ratio)
+        if relocation is None:
+            return 0
+        root = self.config.data_dir
+        try:
+            await self.committer.wait_durable(relocation.copies_end)
+            await anyio.to_thread.run_sync(collector.write_journal, store.fs, root, relocation)
+        except BaseException:
+            store.gc_hold = None  # nothing re-pointed: the copies are just unreferenced
+            raise
+        # From here a failure keeps the hold: the journal finishes the job at the next open.
+        paths = collector.apply_repoints(store, relocation.moves)
+        await anyio.to_thread.run_sync(collector.sync_files, store.fs, paths)
+        await anyio.to_thread.run_sync(collector.retire_journal, store.fs, root)
+        store.gc_hold = None
+        store.collected.add(relocation)
+        log.info(
+            "garbage collector: moved %d live record(s), %d bytes, out of segment %d",
+            relocation.records,
+            relocation.copied_bytes,
+            relocation.segment_start,
+        )
+        await self.apply_retention()
+        return relocation.copied_bytes
+
+    async def _collect_forever(self) -> None:
+        """Collect segment after segment, pausing so that copying stays within
+        ``gc_copy_rate_bytes`` per second; idle, look again every retention interval."""
+        cfg = self.config
+        while True:
+            try:
+                copied = await self.collect_garbage()
+            except Exception:
+                log.exception("garbage collector failed; trying again in a minute")
+                await anyio.sleep(60)
+                continue
+            if copied:
+                await anyio.sleep(copied / max(1, cfg.gc_copy_rate_bytes))
+            else:
+                await anyio.sleep(cfg.retention_check_interval_ms / 1000)
 
     # -- housekeeping ------------------------------------------------------------------------
 
@@ -195,6 +247,8 @@ class EmbeddedStore:
         tg.start_soon(
             self._every, cfg.retention_check_interval_ms, "retention", self.apply_retention
         )
+        if cfg.gc_max_live_ratio > 0:
+            tg.start_soon(self._collect_forever)
 
 
 @asynccontextmanager
