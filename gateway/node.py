@@ -287,6 +287,7 @@ class Node:
         while True:
             await self.check_resources()
             await anyio.sleep(COMMIT_INTERVAL_S)
+            await self.apply_queue_retention(time.time_ns() // 1_000_000)
             await self.commit_offsets()
             await self._retry_metadata_write()
 
@@ -296,6 +297,31 @@ class Node:
             await self.meta.retry_write()
         except Exception:
             log.exception("metadata write failed; retrying in %.0f s", COMMIT_INTERVAL_S)
+
+    async def apply_queue_retention(self, now_ms: int) -> None:
+        """The explicit choices to drop unread data: x-max-age, and disk-overflow drop-oldest
+        while the disk alarm is on (a queue's messages in the oldest commitlog segment go, so
+        that reclaim can delete it). Every other queue keeps its messages until consumed."""
+        drop_oldest: list[QueueRuntime] = []
+        for vhost in self.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                behaviour = queue.behaviour
+                if behaviour.max_age_ms is not None and queue.ready_count:
+                    await queue.drop_stored_before(
+                        now_ms - behaviour.max_age_ms,
+                        f"older than x-max-age ({behaviour.max_age_ms} ms)",
+                    )
+                if behaviour.disk_overflow == "drop-oldest" and queue.ready_count:
+                    drop_oldest.append(queue)
+        if not drop_oldest or not self.disk_alarm.blocked:
+            return
+        oldest = await self.store.oldest_segment_ts()
+        if oldest is None:
+            return
+        for queue in drop_oldest:
+            await queue.drop_stored_before(
+                oldest + 1, "disk-overflow drop-oldest: the disk alarm is on"
+            )
 
     async def check_resources(self) -> None:
         """Update the alarms; tell every connection when publishers become (un)blocked."""

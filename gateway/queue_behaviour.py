@@ -11,8 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from meta.queue_arguments import parse_max_age
+
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 REDELIVERY_MODES = ("immediate", "backoff")
+DISK_OVERFLOW_MODES = ("block", "drop-oldest")
 DEFAULT_MAX_REDELIVERIES = 16
 
 
@@ -30,6 +33,8 @@ class QueueBehaviour:
     delivery_limit: int | None = None
     consumer_timeout_ms: int | None = None
     counts_deliveries: bool = False  # quorum-queue style: x-delivery-count on every delivery
+    max_age_ms: int | None = None  # x-max-age: older ready messages are dropped (retention)
+    disk_overflow: str = "block"  # drop-oldest: over the disk budget, its oldest ones go
 
     @property
     def has_limits(self) -> bool:
@@ -46,6 +51,10 @@ def _int(value: Any) -> int | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _age(value: Any) -> int | None:
+    return parse_max_age(value) if isinstance(value, str) else None
 
 
 def _smaller(a: int | None, b: int | None) -> int | None:
@@ -74,6 +83,7 @@ def behaviour_of(
         if dlrk is None:
             dlrk = _str(pol.get("dead-letter-routing-key"))
     max_redeliveries = _int(arg("max-redeliveries")) or _int(pol.get("max-redeliveries"))
+    disk_overflow = _str(arg("disk-overflow")) or _str(pol.get("disk-overflow")) or "block"
     return QueueBehaviour(
         message_ttl_ms=_smaller(_int(arg("message-ttl")), _int(pol.get("message-ttl"))),
         expires_ms=_smaller(_int(arg("expires")), _int(pol.get("expires"))),
@@ -88,6 +98,8 @@ def behaviour_of(
         consumer_timeout_ms=_smaller(
             _int(arg("consumer-timeout")), _int(pol.get("consumer-timeout"))
         ),
+        max_age_ms=_smaller(_age(arg("max-age")), _age(pol.get("max-age"))),
+        disk_overflow=disk_overflow if disk_overflow in DISK_OVERFLOW_MODES else "block",
         counts_deliveries=arg("queue-type") == "quorum"
         or _int(arg("delivery-limit")) is not None
         or _int(pol.get("delivery-limit")) is not None,

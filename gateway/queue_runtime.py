@@ -384,6 +384,45 @@ class QueueRuntime:
             count,
         )
 
+    async def drop_stored_before(self, cut_ts_ms: int, why: str) -> int:
+        """Ready messages stored before ``cut_ts_ms`` leave without dead-lettering, as
+        retention (x-max-age, disk-overflow drop-oldest); unacked ones stay with their
+        consumers. Counted in dropped_by_retention and logged."""
+        dropped = 0
+        kept: deque[tuple[int, StoredMessage]] = deque()
+        for partition, message in self.buffer:
+            if message.store_ts_ms < cut_ts_ms:
+                dropped += 1
+                self.ready_bytes -= len(message.body)
+                self.returns.pop((partition, message.queue_offset), None)
+            else:
+                kept.append((partition, message))
+        self.buffer = kept
+        requeued = [item for item in self.requeued if item[2].store_ts_ms >= cut_ts_ms]
+        for _, partition, message in self.requeued:
+            if message.store_ts_ms < cut_ts_ms:
+                dropped += 1
+                self.ready_bytes -= len(message.body)
+                self.returns.pop((partition, message.queue_offset), None)
+        heapq.heapify(requeued)
+        self.requeued = requeued
+        skipped = 0
+        for p in range(self.partitions):
+            target = await self.store.offset_for_time(self.queue_id, p, cut_ts_ms)
+            if target > self.cursors[p]:
+                skipped += target - self.cursors[p]
+                self.cursors[p] = target
+        dropped += skipped
+        if not dropped:
+            return 0
+        self.ready_count = max(0, self.ready_count - dropped)
+        self.dropped_by_retention += dropped
+        self.commit_dirty = True
+        if skipped and self.behaviour.max_length_bytes is not None:
+            await self.recount_bytes()
+        log.warning("queue %r: %d unread message(s) dropped: %s", self.name, dropped, why)
+        return dropped
+
     # -- leaving --------------------------------------------------------------------------
 
     def settle(self, partition: int, message: StoredMessage) -> None:

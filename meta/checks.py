@@ -50,6 +50,8 @@ QUEUE_TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
         "x-consume-mode",
         "x-redelivery",
         "x-max-redeliveries",
+        "x-max-age",
+        "x-disk-overflow",
     ),
     "quorum": (
         "x-dead-letter-exchange",

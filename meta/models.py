@@ -71,7 +71,8 @@ class Policy(_Model):
 
     The highest ``priority`` among the policies whose ``pattern`` (a regex searched in the
     name) matches is the one in force; keys are RabbitMQ's ("message-ttl", "max-length",
-    "dead-letter-exchange", ...) plus mqgw's ("redelivery", "max-redeliveries").
+    "dead-letter-exchange", "max-age", ...) plus mqgw's ("redelivery", "max-redeliveries",
+    "disk-overflow").
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)

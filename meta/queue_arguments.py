@@ -18,6 +18,16 @@ MAX_EXPIRY_TIMER = 4294967295  # RabbitMQ's ?MAX_EXPIRY_TIMER (ms)
 OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
 REDELIVERY_VALUES = ("immediate", "backoff")
 CONSUME_MODES = ("cluster", "broadcast")
+DISK_OVERFLOW_VALUES = ("block", "drop-oldest")
+# rabbit_amqqueue:unit_value_in_ms/1
+_AGE_UNITS_MS = {
+    "Y": 365 * 86_400_000,
+    "M": 30 * 86_400_000,
+    "D": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1_000,
+}
 # Features that work on the queue's own position, which a broadcast queue never advances.
 NOT_WITH_BROADCAST = (
     "x-message-ttl",
@@ -25,6 +35,7 @@ NOT_WITH_BROADCAST = (
     "x-max-length-bytes",
     "x-dead-letter-exchange",
     "x-expires",
+    "x-max-age",
 )
 
 
@@ -89,6 +100,23 @@ def _one_of(values: tuple[str, ...], term: str) -> Callable[[str, Any, QueueDef]
     return check
 
 
+def parse_max_age(value: str) -> int | None:
+    """RabbitMQ's x-max-age ("7D", "12h", "30m"...: a positive integer and one of Y M D h m
+    s) in milliseconds; None if it is not one."""
+    digits = len(value) - len(value.lstrip("0123456789"))
+    number, unit = value[:digits], value[digits:]
+    if not number or int(number) <= 0 or unit not in _AGE_UNITS_MS:
+        return None
+    return int(number) * _AGE_UNITS_MS[unit]
+
+
+def _max_age(amqp_type: str, value: Any, _q: QueueDef) -> None:
+    if amqp_type != "longstr":
+        raise _Invalid(f"{{unacceptable_type,{amqp_type}}}")
+    if parse_max_age(str(value)) is None:
+        raise _Invalid("invalid_max_age")
+
+
 # In rabbit_amqqueue:declare_args/0 order (the first failure is the one reported);
 # mqgw's own arguments follow.
 _CHECKS: tuple[tuple[str, Callable[[str, Any, QueueDef], None]], ...] = (
@@ -98,11 +126,13 @@ _CHECKS: tuple[tuple[str, Callable[[str, Any, QueueDef], None]], ...] = (
     ("x-max-length", _non_negative),
     ("x-max-length-bytes", _non_negative),
     ("x-overflow", _one_of(OVERFLOW_VALUES, "invalid_overflow")),
+    ("x-max-age", _max_age),
     ("x-delivery-limit", _non_negative),
     ("x-consumer-timeout", _positive),
     ("x-redelivery", _one_of(REDELIVERY_VALUES, "invalid_redelivery")),
     ("x-max-redeliveries", _positive),
     ("x-consume-mode", _one_of(CONSUME_MODES, "invalid_consume_mode")),
+    ("x-disk-overflow", _one_of(DISK_OVERFLOW_VALUES, "invalid_disk_overflow")),
 )
 
 

@@ -154,6 +154,14 @@ class EmbeddedStore:
         """Bytes of commitlog on disk (what a disk budget is compared with)."""
         return self.log.commit_log.files.total_bytes()
 
+    async def oldest_segment_ts(self) -> int | None:
+        """Store time of the last record in the oldest commitlog segment, when it is sealed
+        (messages stored up to then are what deleting that segment would drop)."""
+        files = self.log.commit_log.files
+        if len(files.segments) < 2:
+            return None
+        return self.log.commit_log.sealed_ts_ms.get(files.segments[0].start)
+
     async def held_back_bytes(self) -> dict[int, int]:
         """Per queue with unconsumed records: the commitlog bytes from its oldest one's
         segment to the end, which cannot be reclaimed while it is unread."""

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[str, Any]:
     unacked = queue.enqueued - queue.ready_count - queue.acked - queue.dead_lettered
-    unacked -= queue.dropped + queue.retried
+    unacked -= queue.dropped + queue.retried + queue.dropped_by_retention
     behaviour = queue.behaviour
     control = node.controls.effective_for_queue(queue.definition.vhost, queue.name)
     return {
@@ -53,6 +53,8 @@ def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[s
             "control": control,
             "overflow": behaviour.overflow,
             "redelivery": behaviour.redelivery,
+            "max_age_ms": behaviour.max_age_ms,
+            "disk_overflow": behaviour.disk_overflow,
         },
     }
 
