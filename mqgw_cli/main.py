@@ -31,6 +31,14 @@ def _bench_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_gc(args: argparse.Namespace) -> int:
+    from bench.gc_bench import Workload, run
+
+    work = Workload(args.messages, args.body, args.segment_mb, args.stuck_every, args.backlog)
+    run(work, args.data_dir, args.json)
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     from gateway.logging_setup import configure_from_settings
     from gateway.server import run
@@ -110,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("--data-dir", type=Path, default=None, help="scratch dir (default: tmp)")
     store.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
     store.set_defaults(func=_bench_store)
+    gc_bench = bench_cmds.add_parser("gc", help="disk use with a stuck queue, collector off/on")
+    gc_bench.add_argument("--messages", type=int, default=400_000)
+    gc_bench.add_argument("--body", type=int, default=1024, help="body bytes")
+    gc_bench.add_argument("--segment-mb", type=int, default=16)
+    gc_bench.add_argument("--stuck-every", type=int, default=100, help="1 in N to the stuck queue")
+    gc_bench.add_argument("--backlog", type=int, default=20_000, help="the busy queue's backlog")
+    gc_bench.add_argument("--data-dir", type=Path, default=None, help="scratch dir (default: tmp)")
+    gc_bench.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
+    gc_bench.set_defaults(func=_bench_gc)
     trip = bench_cmds.add_parser("roundtrip", help="aio-pika confirms + consumer, side by side")
     trip.add_argument("--url", action="append", required=True, help="AMQP URL (give two)")
     trip.add_argument("--count", type=int, default=20_000)

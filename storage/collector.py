@@ -42,6 +42,9 @@ JOURNAL_NAME = "gc.journal"
 _JOURNAL_HEAD = struct.Struct("<III")  # magic, move count, crc32 of the moves
 _JOURNAL_MAGIC = 0x4A434731  # "1GCJ"
 _MOVE = struct.Struct("<IHQQQIQ")  # queue, partition, logical, old, new, size, timestamp
+# A queue whose consumer, at the pace seen since the last look, reads its records out of the
+# head within this many looks is waited for: copying what is about to be consumed is waste.
+_PATIENCE_PASSES = 4
 
 
 @dataclass(frozen=True)
@@ -94,13 +97,20 @@ def plan_relocation(store: LogStore, now_ms: int, max_live_ratio: float) -> Relo
         return None  # nothing live in it: plain reclaim deletes it
     live: dict[int, list[tuple[int, int, int, int, int]]] = {}
     sizes: dict[int, int] = {}
-    for (queue_id, partition), start in store.read_starts().items():
-        cq = store.cqs[(queue_id, partition)]
-        for logical, commit, size, ts in cq.entries_into(start, head.start, head_end):
+    starts = store.read_starts()
+    leaving_soon = False
+    for key, start in starts.items():
+        queue_id, partition = key
+        found = store.cqs[key].entries_into(start, head.start, head_end)
+        progress = start - store.gc_seen_starts.get(key, start)
+        if found and 0 < len(found) <= progress * _PATIENCE_PASSES:
+            leaving_soon = True  # a consumer that keeps this pace frees the head itself
+        for logical, commit, size, ts in found:
             live.setdefault(commit, []).append((queue_id, partition, logical, size, ts))
             sizes[commit] = size
+    store.gc_seen_starts = starts
     live_bytes = sum(sizes.values())
-    if not live or live_bytes > max_live_ratio * log_.segment_size:
+    if not live or leaving_soon or live_bytes > max_live_ratio * log_.segment_size:
         return None
     commits = sorted(live)
     raws = [_read_record(store, commit, sizes[commit]) for commit in commits]

@@ -158,6 +158,7 @@ class LogStore:
         self.clean_start = False
         self.unclean_marks: dict[tuple[int, int], int] = {}
         self.collected = CollectorStats()
+        self.gc_seen_starts: dict[tuple[int, int], int] = {}  # read starts at the last look
         self._lock_fd = -1
         self._closed = False
 

@@ -47,7 +47,9 @@ def _one(scenario: Scenario, target: Target, scale: float, procs: int) -> dict[s
 def gateway_target(root: Path) -> Iterator[Target]:
     server = GatewayServer(root / "gateway-data", flush="sync").start()
     try:
-        yield Target(server.url, "mqgw", f"mqgw: {server.flush_policy}", server.pid)
+        yield Target(
+            server.url, "mqgw", f"mqgw: {server.flush_policy}", server.pid, root / "gateway-data"
+        )
     finally:
         server.stop()
 
@@ -56,7 +58,10 @@ def gateway_target(root: Path) -> Iterator[Target]:
 def rabbitmq_target(root: Path) -> Iterator[Target]:
     server = RabbitMQProcess(root / "rabbitmq").start()
     try:
-        yield Target(server.url, "rabbitmq", f"rabbitmq: {server.flush_policy}", server.pid)
+        yield Target(
+            server.url, "rabbitmq", f"rabbitmq: {server.flush_policy}", server.pid,
+            root / "rabbitmq" / "mnesia",
+        )  # fmt: skip
     finally:
         server.stop()
 

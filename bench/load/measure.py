@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.load.connection import RawConnection
@@ -72,6 +73,8 @@ def _execute(run: Run) -> dict[str, Any]:
             run.finish(publishers)
             if run.target.pid:
                 extra["rss_after_publish_mb"] = tree_rss_mb(run.target.pid)
+            if run.target.data_dir:
+                extra["disk_after_publish_mb"] = round(dir_bytes(run.target.data_dir) / 2**20, 1)
             consumers = run.spawn(CONSUMER_MAIN, con_plans)
         else:
             consumers = run.spawn(CONSUMER_MAIN, con_plans)
@@ -94,7 +97,33 @@ def _execute(run: Run) -> dict[str, Any]:
         run.finish(consumers)
     if run.target.pid:
         extra["rss_end_mb"] = tree_rss_mb(run.target.pid)
+    if s.backlog and run.target.data_dir:
+        extra["disk_after_drain_mb"] = round(settled_dir_bytes(run.target.data_dir) / 2**20, 1)
     return _summary(run, publishers, consumers, reaches, con_queues, n_fast, extra)
+
+
+def dir_bytes(root: Path) -> int:
+    """Bytes of the files under ``root`` (what the server keeps on disk)."""
+    total = 0
+    for path in root.rglob("*"):
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+        except FileNotFoundError:
+            continue  # deleted while we walked: it no longer counts
+    return total
+
+
+def settled_dir_bytes(root: Path, window_s: float = 45.0) -> int:
+    """The smallest size ``root`` reaches within ``window_s`` after a drain: both servers free
+    consumed messages in the background (mqgw: offsets persisted every 5 s, reclaim every
+    10 s; RabbitMQ: message store compaction), so one reading right away says little."""
+    smallest = dir_bytes(root)
+    end = time.monotonic() + window_s
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        smallest = min(smallest, dir_bytes(root))
+    return smallest
 
 
 def _published(publishers: Group, reaches: list[list[list[int]]], queues: int) -> list[int]:

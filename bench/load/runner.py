@@ -14,6 +14,7 @@ import uuid
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from pamqp import commands
@@ -36,6 +37,7 @@ class Target:
     label: str
     policy: str = "unknown (server not started by the bench)"
     pid: int | None = None  # the server's process when the bench started it (for RSS)
+    data_dir: Path | None = None  # its data, when the bench started it (for disk use)
 
 
 @dataclass(frozen=True)

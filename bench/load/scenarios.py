@@ -110,6 +110,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "publish_last_per_s",
                 "drain_per_s",
                 "rss_end_mb",
+                "disk_after_drain_mb",
             ),
             description="1M persistent 100 B with no consumer, then one consumer drains",
         ),
