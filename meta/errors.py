@@ -73,3 +73,14 @@ def queue_not_found(vhost: str, name: str) -> NotFound:
 
 def vhost_not_found(vhost: str) -> NotAllowed:
     return NotAllowed(f"vhost {vhost} not found")
+
+
+class MetadataUnavailable(MetaError):
+    """The metadata store (Redis) could not be reached within its bound.
+
+    541 INTERNAL_ERROR: the request was valid but cannot be served now; the caller may
+    retry later, and the store reconnects by itself on its next call.
+    """
+
+    reply_code = 541
+    reply_name = "INTERNAL_ERROR"

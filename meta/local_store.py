@@ -10,6 +10,9 @@ are taken under a lock so an older snapshot never replaces a newer one.
 Queue ids come from a counter persisted in blocks ahead of use, so an id is never
 handed out twice, even across crashes and even for transient queues.
 
+Every change is also published, in memory, to the change feed (meta.change_feed): followers
+are in this process, so ids restart with it and nothing of the feed is persisted.
+
 A full disk (ENOSPC, EDQUOT) does not fail a change: it stays in memory, the failure is
 logged once, and ``retry_write`` (the node's housekeeping, every second) writes it once
 space returns. A crash before then forgets it, as if it had not been made. (Should a queue
@@ -21,16 +24,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel
 
 from meta import checks
-from meta.amqp_values import from_json, to_json
+from meta.change_feed import (
+    DEFAULT_LOCAL_FEED_LENGTH,
+    ChangeEvent,
+    MemoryChangeFeed,
+    change,
+    deletion_changes,
+    vhost_added_changes,
+    vhost_deleted_changes,
+)
 from meta.errors import vhost_not_found
 from meta.metadata_file import MetadataFile
 from meta.models import (
@@ -48,26 +57,14 @@ from meta.models import (
     VHost,
 )
 from meta.password import check_password, hash_password
+from meta.serialization import dump as _dump
+from meta.serialization import load as _load
 from meta.state import MetadataState
 
 FILE_NAME = "metadata.json"
 FORMAT_VERSION = 1
 QUEUE_ID_BLOCK = 1024
 _PREDECLARED_NAMES = frozenset(name for name, _, _ in PREDECLARED_EXCHANGES)
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _dump(model: BaseModel) -> dict[str, Any]:
-    data = model.model_dump(mode="python")
-    if "arguments" in data:
-        data["arguments"] = to_json(data["arguments"])
-    return data
-
-
-def _load(model_type: type[_M], data: dict[str, Any]) -> _M:
-    if "arguments" in data:
-        data = {**data, "arguments": from_json(data["arguments"])}
-    return model_type.model_validate(data)
 
 
 class LocalMetadataStore:
@@ -80,8 +77,10 @@ class LocalMetadataStore:
         exchange_types: Iterable[str] = BUILTIN_EXCHANGE_TYPES,
         max_topic_hash_wildcards: int | None = checks.MAX_TOPIC_HASH_WILDCARDS,
         default_user: bool = True,
+        change_feed_max_len: int = DEFAULT_LOCAL_FEED_LENGTH,
     ) -> None:
         self._default_user = default_user
+        self._feed = MemoryChangeFeed(change_feed_max_len)
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._path = self._dir / FILE_NAME
@@ -218,16 +217,24 @@ class LocalMetadataStore:
         return state.vhost if state else None
 
     async def add_vhost(self, vhost: VHost) -> None:
-        await self._commit_if(self._state.add_vhost(vhost))
+        created = self._state.add_vhost(vhost)
+        if created:
+            exchanges = self._state.vhosts[vhost.name].exchanges.values()
+            self._feed.publish(vhost_added_changes(vhost, exchanges))
+        await self._commit_if(created)
 
     async def delete_vhost(self, name: str) -> Deletions:
+        state = self._state.vhosts.get(name)
         deletions = self._state.delete_vhost(name)
+        dropped: list[Permission | Policy | ConsumptionControl] = []
         for key in [k for k in self._permissions if k[1] == name]:
-            del self._permissions[key]
+            dropped.append(self._permissions.pop(key))
         for key in [k for k in self._policies if k[0] == name]:
-            del self._policies[key]
+            dropped.append(self._policies.pop(key))
         for control_key in [k for k in self._controls if k[0] == "queue" and k[1] == name]:
-            del self._controls[control_key]
+            dropped.append(self._controls.pop(control_key))
+        if state is not None:
+            self._feed.publish(vhost_deleted_changes(state.vhost, deletions, dropped))
         await self._commit_if(bool(deletions))
         return deletions
 
@@ -241,13 +248,17 @@ class LocalMetadataStore:
 
     async def put_user(self, user: User) -> None:
         self._users[user.name] = user
+        self._feed.publish([change("user.put", user)])
         await self._commit()
 
     async def delete_user(self, name: str) -> bool:
-        if self._users.pop(name, None) is None:
+        user = self._users.pop(name, None)
+        if user is None:
             return False
-        for key in [k for k in self._permissions if k[0] == name]:
-            del self._permissions[key]
+        dropped = [self._permissions.pop(k) for k in [k for k in self._permissions if k[0] == name]]
+        self._feed.publish(
+            [*(change("permission.cleared", p) for p in dropped), change("user.deleted", user)]
+        )
         await self._commit()
         return True
 
@@ -261,10 +272,13 @@ class LocalMetadataStore:
         if permission.vhost not in self._state.vhosts:
             raise vhost_not_found(permission.vhost)
         self._permissions[(permission.user, permission.vhost)] = permission
+        self._feed.publish([change("permission.set", permission)])
         await self._commit()
 
     async def clear_permission(self, user: str, vhost: str) -> None:
-        if self._permissions.pop((user, vhost), None) is not None:
+        cleared = self._permissions.pop((user, vhost), None)
+        if cleared is not None:
+            self._feed.publish([change("permission.cleared", cleared)])
             await self._commit()
 
     async def get_permission(self, user: str, vhost: str) -> Permission | None:
@@ -279,11 +293,14 @@ class LocalMetadataStore:
         if policy.vhost not in self._state.vhosts:
             raise vhost_not_found(policy.vhost)
         self._policies[(policy.vhost, policy.name)] = policy
+        self._feed.publish([change("policy.put", policy)])
         await self._commit()
 
     async def delete_policy(self, vhost: str, name: str) -> bool:
-        if self._policies.pop((vhost, name), None) is None:
+        policy = self._policies.pop((vhost, name), None)
+        if policy is None:
             return False
+        self._feed.publish([change("policy.deleted", policy)])
         await self._commit()
         return True
 
@@ -294,11 +311,14 @@ class LocalMetadataStore:
 
     async def put_control(self, control: ConsumptionControl) -> None:
         self._controls[control.key] = control
+        self._feed.publish([change("control.put", control)])
         await self._commit()
 
     async def delete_control(self, scope: str, vhost: str, name: str) -> bool:
-        if self._controls.pop((scope, vhost, name), None) is None:
+        control = self._controls.pop((scope, vhost, name), None)
+        if control is None:
             return False
+        self._feed.publish([change("control.deleted", control)])
         await self._commit()
         return True
 
@@ -309,6 +329,8 @@ class LocalMetadataStore:
 
     async def declare_exchange(self, definition: ExchangeDef, passive: bool = False) -> ExchangeDef:
         exchange, created = self._state.declare_exchange(definition, passive)
+        if created:
+            self._feed.publish([change("exchange.declared", exchange)])
         await self._commit_if(created and exchange.durable)
         return exchange
 
@@ -321,6 +343,7 @@ class LocalMetadataStore:
 
     async def delete_exchange(self, vhost: str, name: str, if_unused: bool = False) -> Deletions:
         deletions = self._state.delete_exchange(vhost, name, if_unused)
+        self._feed.publish(deletion_changes(deletions))
         await self._commit_if(deletions.touches_durable)
         return deletions
 
@@ -330,6 +353,8 @@ class LocalMetadataStore:
         self, definition: QueueDef, passive: bool = False, connection_id: str | None = None
     ) -> QueueDef:
         queue, created = self._state.declare_queue(definition, passive, connection_id)
+        if created:
+            self._feed.publish([change("queue.declared", queue)])
         await self._commit_if(created and queue.durable)
         return queue
 
@@ -348,11 +373,13 @@ class LocalMetadataStore:
         check_exclusive: bool = True,
     ) -> Deletions:
         deletions = self._state.delete_queue(vhost, name, connection_id, check_exclusive)
+        self._feed.publish(deletion_changes(deletions))
         await self._commit_if(deletions.touches_durable)
         return deletions
 
     async def delete_exclusive_queues(self, owner: str) -> Deletions:
         deletions = self._state.delete_exclusive_queues(owner)
+        self._feed.publish(deletion_changes(deletions))
         await self._commit_if(deletions.touches_durable)
         return deletions
 
@@ -365,6 +392,8 @@ class LocalMetadataStore:
         check_exclusive: bool = True,
     ) -> bool:
         created = self._state.bind(binding, connection_id, check_exclusive)
+        if created:
+            self._feed.publish([change("binding.added", binding)])
         state = self._state.vhost(binding.vhost)
         await self._commit_if(created and state.is_durable_binding(binding))
         return created
@@ -376,6 +405,7 @@ class LocalMetadataStore:
         check_exclusive: bool = True,
     ) -> Deletions:
         deletions = self._state.unbind(binding, connection_id, check_exclusive)
+        self._feed.publish(deletion_changes(deletions))
         await self._commit_if(deletions.touches_durable)
         return deletions
 
@@ -385,6 +415,14 @@ class LocalMetadataStore:
 
     async def bindings_for(self, vhost: str, source: str) -> list[BindingDef]:
         return list(self._state.vhost(vhost).by_source.get(source, {}).values())
+
+    # --- change feed (in memory: followers are in this process) ---
+
+    async def change_position(self) -> str:
+        return self._feed.position()
+
+    def follow(self, last_id: str | None = None) -> AsyncGenerator[ChangeEvent, None]:
+        return self._feed.follow(last_id)
 
     async def close(self) -> None:
         await self._commit_if(False)

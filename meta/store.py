@@ -1,16 +1,22 @@
 """The metadata store interface: one Protocol, several implementations.
 
-Implementations: ``LocalMetadataStore`` (embedded node, JSON file) now; a Redis store
-later. Both must pass the same contract tests (tests/meta). Methods are async so a
-networked store fits; errors are the typed ones in meta.errors with RabbitMQ's texts.
-Mutations that remove things return ``Deletions`` (cascades included) so callers can
-update their routing caches incrementally.
+Implementations: ``LocalMetadataStore`` (embedded node, JSON file) and
+``RedisMetadataStore`` (cluster; meta.redis_store). Both pass the same contract suite
+(tests/meta/test_meta_contract.py). Methods are async so a networked store fits; errors are
+the typed ones in meta.errors with RabbitMQ's texts (and ``MetadataUnavailable`` when Redis
+cannot be reached in time). Mutations that remove things return ``Deletions`` (cascades
+included) so callers can update their routing caches incrementally; every mutation also
+appends ``Change`` items to the store's change feed (meta.change_feed), which is how caches
+of other gateways follow. Cluster-only calls (leases, brokers, placement) are in
+meta.cluster.ClusterRegistry.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
+from meta.change_feed import ChangeEvent
 from meta.models import (
     BindingDef,
     ConsumptionControl,
@@ -110,5 +116,17 @@ class MetadataStore(Protocol):
     ) -> Deletions: ...
     async def list_bindings(self, vhost: str) -> list[BindingDef]: ...
     async def bindings_for(self, vhost: str, source: str) -> list[BindingDef]: ...
+
+    # --- change feed ---
+    async def change_position(self) -> str:
+        """The id to follow from to see every change made after this call. To build a
+        cache: take the position, load everything, then ``follow(position)``."""
+
+    def follow(self, last_id: str | None = None) -> AsyncGenerator[ChangeEvent, None]:
+        """Changes after ``last_id``, forever; ``Reload`` after a gap (meta.change_feed).
+
+        ``last_id`` None starts at the follower's first read (the generator runs only when
+        iterated): to miss nothing, take ``change_position()`` before loading the cache.
+        Iterate it inside ``contextlib.aclosing`` so that leaving closes it."""
 
     async def close(self) -> None: ...

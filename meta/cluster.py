@@ -1,0 +1,80 @@
+"""What only a cluster needs from metadata: gateway leases, the broker registry, placement.
+
+``ClusterRegistry`` is a Protocol of its own, implemented by the Redis store only. An
+embedded node has one gateway and an in-process log store: nothing to lease, register or
+place, and a local implementation would be code only its tests ran. Cluster code takes a
+``ClusterRegistry``; the embedded node never builds one.
+
+Time is Redis's: leases are keys with a TTL and heartbeats are stamped with the server's
+clock (TIME), so skewed machine clocks cannot make a live gateway look dead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from meta.models import Deletions
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    group: str
+    broker_id: str
+    address: str  # host:port of its store protocol
+    last_seen_ms: int  # Redis server time of the last heartbeat, ms since the epoch
+    alive: bool  # the heartbeat's lease has not lapsed
+
+
+class ClusterRegistry(Protocol):
+    # --- gateway leases ---
+    async def register_gateway(self, gateway_id: str, ttl_ms: int) -> None:
+        """Take (or retake) the lease. A gateway id must be unique per process start:
+        connection ids are "<gateway_id>/<n>" and exclusive queues are reaped by prefix."""
+
+    async def renew_gateway(self, gateway_id: str, ttl_ms: int) -> bool:
+        """False if the lease had lapsed: the gateway must treat itself as reaped (its
+        exclusive queues may be gone) and close its connections before registering again."""
+
+    async def live_gateways(self) -> list[str]: ...
+    async def lapsed_gateways(self) -> list[str]:
+        """Registered gateways whose lease lapsed and that nobody has reaped yet."""
+
+    async def reap_gateway(self, gateway_id: str, *, force: bool = False) -> Deletions:
+        """Delete the exclusive queues of every "<gateway_id>/<n>" connection and forget the
+        gateway. Does nothing while its lease is live, unless ``force`` (a clean shutdown)."""
+
+    # --- broker registry ---
+    async def register_broker(self, group: str, broker_id: str, address: str, ttl_ms: int) -> None:
+        """Heartbeat: create or refresh the broker's entry and lease."""
+
+    async def list_brokers(self) -> list[BrokerInfo]: ...
+
+    # --- placement ---
+    async def place_queue(
+        self, vhost: str, name: str, partitions: int, groups: Iterable[str]
+    ) -> list[str]:
+        """The broker group of each partition of queue ``name``, chosen once (among
+        ``groups``, fewest partitions first) and returned unchanged ever after, until the
+        queue is deleted."""
+
+    async def queue_placement(self, vhost: str, name: str) -> list[str] | None: ...
+
+
+def spread_partitions(partitions: int, groups: Iterable[str], load: Mapping[str, int]) -> list[str]:
+    """Give each partition to the group holding the fewest partitions so far (ties by name).
+
+    ``load`` is the partitions each group already holds; groups missing from it hold none.
+    """
+    counts = {group: load.get(group, 0) for group in groups}
+    if not counts:
+        raise ValueError("no broker group to place partitions on")
+    if partitions < 1:
+        raise ValueError(f"a queue has at least one partition, not {partitions}")
+    chosen = []
+    for _ in range(partitions):
+        group = min(counts, key=lambda g: (counts[g], g))
+        counts[group] += 1
+        chosen.append(group)
+    return chosen
