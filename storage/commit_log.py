@@ -156,6 +156,18 @@ class CommitLog:
         self.write_offset = pos
         return offsets
 
+    def seal_active(self) -> int:
+        """Close the active segment early with a filler and start the next one (empty), so
+        that reclaim may delete it; returns the new write offset. Offsets are logical: the
+        skipped range costs nothing on disk."""
+        pos = self.write_offset
+        segment_end = pos - pos % self.segment_size + self.segment_size
+        self._write([(pos, encode_blank(pos, segment_end - pos, self.last_store_ts_ms), True)],
+                    self.last_store_ts_ms)  # fmt: skip
+        self.write_offset = segment_end
+        self.files.create(segment_end)
+        return segment_end
+
     def _write(self, plan: list[tuple[int, bytes | bytearray, bool]], store_ts_ms: int) -> None:
         created: list[Segment] = []
         touched: dict[int, tuple[Segment, int]] = {}

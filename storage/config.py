@@ -34,4 +34,7 @@ class StoreConfig:
     # most this many bytes per second.
     gc_max_live_ratio: float = 0.5
     gc_copy_rate_bytes: int = 32 << 20
+    # An active segment this large whose records are consumed is sealed early (and then
+    # reclaimed), so that draining a queue frees the disk; 0 keeps segments whole.
+    roll_consumed_bytes: int = 16 << 20
     verify_crc_on_read: bool = True

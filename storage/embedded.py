@@ -148,6 +148,10 @@ class EmbeddedStore:
         return self.log.offset_for_time(queue_id, partition, ts_ms)
 
     async def apply_retention(self) -> RetentionReport:
+        if self.log.seal_consumed_active():
+            # The filler must be durable and checkpointed before the segment may go.
+            await self.committer.flush_now()
+            await self.checkpoint()
         return self.log.apply_retention()
 
     async def disk_bytes(self) -> int:

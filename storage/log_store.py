@@ -633,6 +633,33 @@ class LogStore:
             bound = min(bound, self.gc_hold)
         return min(bound, *pins.values()) if pins else bound
 
+    def seal_consumed_active(self) -> bool:
+        """Seal the active segment early when it holds at least ``roll_consumed_bytes`` and
+        nothing in it is still needed (or, with the collector on, what is needed can be
+        copied out once it is sealed): a drained queue then frees the disk instead of
+        leaving up to a segment (1 GiB) behind. True when sealed; the caller makes the
+        filler durable and checkpoints before reclaim can delete the segment."""
+        self._check_open()
+        active = self.commit_log.files.last
+        threshold = self.config.roll_consumed_bytes
+        if active is None or threshold <= 0 or active.written < threshold:
+            return False
+        if self.pending_index is not None or self.gc_hold is not None:
+            return False
+        if active.start in self.commit_log.sealed_ts_ms:
+            return False
+        boundary = min(self.pinned_offsets().values(), default=self.commit_log.write_offset)
+        drained = boundary >= self.commit_log.write_offset
+        collectable = self.config.gc_max_live_ratio > 0 and boundary >= active.start
+        if not (drained or collectable):
+            return False
+        try:
+            self.commit_log.seal_active()
+        except OSError as exc:  # a full disk: the filler is 28 bytes, try again later
+            log.warning("could not seal the active commitlog segment: %s", exc)
+            return False
+        return True
+
     def apply_retention(self, now_ms: int | None = None) -> RetentionReport:
         """Delete the commitlog segments nothing can still read (older than
         ``min_retention_ms``), and, only where ``retention_ms`` is set, those past that age

@@ -9,10 +9,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import QUEUE_GROUP, LogStore, StoreConfig
+from storage import QUEUE_GROUP, LogStore, StoreConfig, open_embedded_store
 from tests.storage.conftest import FakeClock
 from tests.storage.helpers import rec
 
@@ -175,3 +176,37 @@ def test_reclaim_never_deletes_what_a_group_can_still_read(
             assert store.queue_stats(q).dropped_by_retention == 0
     store.close()
     shutil.rmtree(root)
+
+
+@pytest.mark.anyio
+async def test_a_drained_active_segment_is_sealed_early_and_reclaimed(tmp_path: Path) -> None:
+    """With 1 GiB segments a drained backlog would otherwise stay on disk in the active
+    segment until it fills; sealed early, it goes as soon as its records are consumed."""
+    config = dataclasses.replace(
+        _config(tmp_path), segment_size_bytes=1 << 30, max_record_bytes=4096,
+        roll_consumed_bytes=64 << 10, cq_entries_per_segment=1000,
+    )  # fmt: skip
+    async with open_embedded_store(config) as store:
+        await store.create_queue(1, 1)
+        await store.create_queue(2, 1)
+        for i in range(400):  # ~ 100 KiB
+            await store.append([rec(b"%05d" % i + FILL, (1, 0))])
+        await store.append([rec(b"late" + FILL, (2, 0))])
+        await store.commit_offset(QUEUE_GROUP, 1, 0, 400)
+        await store.persist_offsets()
+        await store.checkpoint()
+        # Queue 2 has not read its message: with the collector off, nothing is sealed.
+        off = dataclasses.replace(config, gc_max_live_ratio=0.0)
+        store.log.config = off
+        assert (await store.apply_retention()).deleted_segments == 0
+        assert store.log.commit_log.write_offset < 1 << 30
+        await store.commit_offset(QUEUE_GROUP, 2, 0, 1)
+        await store.persist_offsets()
+        report = await store.apply_retention()
+        assert report.deleted_segments == 1 and report.dropped_unread == {}
+        assert await store.disk_bytes() == 0  # only the new, empty active segment is left
+        await store.append([rec(b"after" + FILL, (2, 0))])
+        got = await store.read(2, 0, 1)
+        assert [bytes(m.body[:5]) for m in got.messages] == [b"after"]
+    async with open_embedded_store(config) as store:  # and it reopens where it was
+        assert [bytes(m.body[:5]) for m in (await store.read(2, 0, 1)).messages] == [b"after"]
