@@ -1,13 +1,15 @@
-"""Copy-forward garbage collection: free a head segment that only a few live records pin.
+"""Copy-forward garbage collection: free head segments that only a few live records pin.
 
 With one commitlog for every queue, a queue that keeps one old message pins its segment and,
-since segments go in order, every later one. When the head segment's live records (those some
-group can still read) are a small part of it, they are appended again at the tail as copies,
-their consume-queue entries are re-pointed at the copies, and plain reclaim then deletes the
-segment. The steps, and why each is safe to crash in:
+since segments go in order, every later one. When the live records (those some group can
+still read) of a window of segments from the head are a small part of it, they are appended
+again at the tail as copies, their consume-queue entries are re-pointed at the copies, and
+plain reclaim then deletes the window. The window is the shortest sparse-enough run from the
+head, so a head made dense by earlier copies goes together with the sparse segments behind
+it. The steps, and why each is safe to crash in:
 
 1. ``plan_relocation``: append the copies (magic COPY_MAGIC: recovery never indexes them as new
-   messages) and hold the segment (``LogStore.gc_hold``) so nothing deletes it meanwhile.
+   messages) and hold the window (``LogStore.gc_hold``) so nothing deletes it meanwhile.
    A crash now leaves unreferenced copies, reclaimed with their own segment later.
 2. Once the copies are durable, ``write_journal`` records every re-point in ``gc.journal``
    (written atomically). From here on a restart re-applies the journal before recovery.
@@ -21,17 +23,26 @@ Everything runs on the store's owner except the fsyncs, which the caller may run
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from storage.errors import StoreError
 from storage.file_system import FileSystem
-from storage.record import COPY_MAGIC, MESSAGE_MAGIC, check_record
+from storage.record import (
+    COPY_MAGIC,
+    ENTRY_SIZE_MASK,
+    MESSAGE_MAGIC,
+    RELOCATED_ENTRY,
+    check_record,
+)
+from storage.segment_files import Segment
 
 if TYPE_CHECKING:
     from storage.log_store import LogStore
@@ -45,6 +56,7 @@ _MOVE = struct.Struct("<IHQQQIQ")  # queue, partition, logical, old, new, size, 
 # A queue whose consumer, at the pace seen since the last look, reads its records out of the
 # head within this many looks is waited for: copying what is about to be consumed is waste.
 _PATIENCE_PASSES = 4
+_MAX_WINDOW = 16  # segments one collection looks at (and at most frees)
 
 
 @dataclass(frozen=True)
@@ -80,48 +92,105 @@ class CollectorStats:
 
 
 def plan_relocation(store: LogStore, now_ms: int, max_live_ratio: float) -> Relocation | None:
-    """Copy the head segment's live records to the tail when they are at most
-    ``max_live_ratio`` of a segment; None when there is nothing worth doing."""
+    """Copy the live records of a window of segments from the head to the tail, when they are
+    at most ``max_live_ratio`` of the window's bytes; None when nothing is worth doing.
+
+    The window is the shortest run of sealed segments from the head that is sparse enough:
+    a head made dense by earlier copies is then taken together with the sparse segments
+    behind it, instead of holding them all (segments go in order). Entries are read one
+    segment at a time, so a long backlog behind the window is never scanned."""
     log_ = store.commit_log
     segments = log_.files.segments
     if store.gc_hold is not None or len(segments) < 2 or max_live_ratio <= 0:
         return None
     head = segments[0]
-    head_end = head.start + log_.segment_size
-    sealed_ts = log_.sealed_ts_ms.get(head.start)
-    if sealed_ts is None or head_end > min(store.durable_offset, store.checkpointed_offset):
-        return None  # still being written, or recovery may still need it
-    if now_ms - sealed_ts < store.config.min_retention_ms:
-        return None
-    if store.reclaim_boundary() >= head_end:
-        return None  # nothing live in it: plain reclaim deletes it
+    if store.reclaim_boundary() >= head.start + log_.segment_size:
+        return None  # nothing live in the head: plain reclaim deletes it
+    window = _candidate_window(store, now_ms)
+    starts = store.read_starts()
+    seen, store.gc_seen_starts = store.gc_seen_starts, starts
+    scans = [_KeyScan(key, store.cqs[key].entries_from(start)) for key, start in starts.items()]
+    relocated: list[tuple[int, tuple[int, int], int, int, int]] = []  # heap by commit
     live: dict[int, list[tuple[int, int, int, int, int]]] = {}
     sizes: dict[int, int] = {}
-    starts = store.read_starts()
-    leaving_soon = False
-    for key, start in starts.items():
-        queue_id, partition = key
-        found = store.cqs[key].entries_into(start, head.start, head_end)
-        progress = start - store.gc_seen_starts.get(key, start)
-        if found and 0 < len(found) <= progress * _PATIENCE_PASSES:
-            leaving_soon = True  # a consumer that keeps this pace frees the head itself
-        for logical, commit, size, ts in found:
-            live.setdefault(commit, []).append((queue_id, partition, logical, size, ts))
-            sizes[commit] = size
-    store.gc_seen_starts = starts
-    live_bytes = sum(sizes.values())
-    if not live or leaving_soon or live_bytes > max_live_ratio * log_.segment_size:
-        return None
-    commits = sorted(live)
-    raws = [_read_record(store, commit, sizes[commit]) for commit in commits]
-    offsets = log_.append_copies(raws)
+    counts: dict[tuple[int, int], int] = {}
+    live_bytes = disk_bytes = 0
+    for segment in window:
+        end = segment.start + log_.segment_size
+        found: list[tuple[int, tuple[int, int], int, int, int]] = []
+        for scan in scans:
+            found += scan.take_below(end, relocated)
+        while relocated and relocated[0][0] < end:
+            found.append(heapq.heappop(relocated))
+        for commit, key, logical, size, ts in found:
+            if commit not in sizes:
+                sizes[commit] = size
+                live_bytes += size
+            live.setdefault(commit, []).append((*key, logical, size, ts))
+            counts[key] = counts.get(key, 0) + 1
+        disk_bytes += max(segment.written, 1)
+        if live_bytes <= max_live_ratio * disk_bytes:
+            break
+    else:
+        return None  # no run from the head is sparse enough (or none is collectable)
+    for key, count in counts.items():
+        if 0 < count <= (starts[key] - seen.get(key, starts[key])) * _PATIENCE_PASSES:
+            return None  # a consumer that keeps this pace frees the window itself
+    chosen = sorted(live)
+    raws = [_read_record(store, commit, sizes[commit]) for commit in chosen]
+    offsets = log_.append_copies(raws) if raws else []
     moves = [
         Move(q, p, logical, commit, new, size, ts)
-        for commit, new in zip(commits, offsets, strict=True)
+        for commit, new in zip(chosen, offsets, strict=True)
         for q, p, logical, size, ts in live[commit]
     ]
     store.gc_hold = head.start
-    return Relocation(head.start, moves, len(commits), live_bytes, log_.write_offset)
+    return Relocation(head.start, moves, len(chosen), live_bytes, log_.write_offset)
+
+
+class _KeyScan:
+    """One queue partition's entries from its read start, taken a segment at a time."""
+
+    def __init__(self, key: tuple[int, int], entries: Iterator[tuple[int, int, int, int]]) -> None:
+        self.key = key
+        self.entries = entries
+        self.peeked: tuple[int, int, int, int] | None = None
+
+    def take_below(
+        self, end: int, relocated: list[tuple[int, tuple[int, int], int, int, int]]
+    ) -> list[tuple[int, tuple[int, int], int, int, int]]:
+        """Original entries pointing below ``end`` (they are in commit order); relocated
+        ones met on the way go to the ``relocated`` heap, whatever they point at."""
+        taken: list[tuple[int, tuple[int, int], int, int, int]] = []
+        while True:
+            entry = self.peeked if self.peeked is not None else next(self.entries, None)
+            self.peeked = None
+            if entry is None:
+                return taken
+            logical, commit, raw_size, ts = entry
+            item = (commit, self.key, logical, raw_size & ENTRY_SIZE_MASK, ts)
+            if raw_size & RELOCATED_ENTRY:
+                heapq.heappush(relocated, item)
+            elif commit < end:
+                taken.append(item)
+            else:
+                self.peeked = entry
+                return taken
+
+
+def _candidate_window(store: LogStore, now_ms: int) -> list[Segment]:
+    """Sealed segments from the head that recovery no longer needs (at most _MAX_WINDOW)."""
+    log_ = store.commit_log
+    safe = min(store.durable_offset, store.checkpointed_offset)
+    window: list[Segment] = []
+    for segment in log_.files.segments[:-1][:_MAX_WINDOW]:
+        sealed_ts = log_.sealed_ts_ms.get(segment.start)
+        if sealed_ts is None or segment.start + log_.segment_size > safe:
+            break  # still being written, or recovery may still need it
+        if now_ms - sealed_ts < store.config.min_retention_ms:
+            break
+        window.append(segment)
+    return window
 
 
 def _read_record(store: LogStore, commit: int, size: int) -> bytes:

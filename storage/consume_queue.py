@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from storage.file_system import FileSystem
-from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE, ENTRY_SIZE_MASK, RELOCATED_ENTRY
+from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE, RELOCATED_ENTRY
 from storage.segment_files import Segment, SegmentFiles
 
 _SCAN_ENTRIES = 1024  # entries read per pread while scanning
@@ -40,6 +40,8 @@ class ConsumeQueue:
         self.max_offset = 0  # next logical offset to be written
         self.last_commit_offset = -1  # commitlog offset of the last entry (idempotent reput)
         self.dirty: dict[int, Segment] = {}  # segments written since the last checkpoint
+        # lowest_commit's last answer (start, lowest), forgotten when entries change.
+        self._lowest_memo: tuple[int, int | None] | None = None
 
     def load(self) -> None:
         self.files.load()
@@ -110,12 +112,14 @@ class ConsumeQueue:
             self.max_offset -= 1
             dropped += 1
         if dropped:
+            self._lowest_memo = None
             self.files.truncate_from(self.max_offset * CQ_ENTRY_SIZE)
             self.last_commit_offset = self._last_original_commit()
         return dropped
 
     def drop_before_commit_offset(self, commit_min: int) -> None:
         """Forget entries pointing below ``commit_min`` (retention deleted their records)."""
+        self._lowest_memo = None
         per_segment = self.files.segment_size // CQ_ENTRY_SIZE
         while len(self.files.segments) > 1:
             first = self.files.segments[0]
@@ -160,24 +164,29 @@ class ConsumeQueue:
 
     def lowest_commit(self, start: int) -> int | None:
         """The lowest commit offset any entry from ``start`` on points at (None: no entries):
-        relocated entries up to the first original one, then that one."""
+        relocated entries up to the first original one, then that one. Remembered until
+        entries are re-pointed or cut (an append cannot lower it: new records lie past every
+        copy already made), as a long run of relocated entries is costly to read each time."""
+        memo = self._lowest_memo
+        if memo is not None and memo[0] == start:
+            return memo[1]
         lowest: int | None = None
         for commit, size in self._scan(start):
             lowest = commit if lowest is None else min(lowest, commit)
             if not size & RELOCATED_ENTRY:
                 break
+        self._lowest_memo = (start, lowest) if lowest is not None else None
         return lowest
 
-    def entries_into(self, start: int, low: int, high: int) -> list[tuple[int, int, int, int]]:
-        """Entries from ``start`` on pointing into commit offsets [low, high): (logical,
-        commit, size, timestamp). Stops at the first original entry at or past ``high``."""
-        found = []
-        for logical, commit, size, ts in self.entries_from(start):
-            if low <= commit < high:
-                found.append((logical, commit, size & ENTRY_SIZE_MASK, ts))
-            elif commit >= high and not size & RELOCATED_ENTRY:
+    def drop_consumed_before(self, read_start: int) -> None:
+        """Remove index files whose entries all lie below ``read_start`` (every group has
+        consumed them; their records may be gone)."""
+        while len(self.files.segments) > 1:
+            first = self.files.segments[0]
+            if (first.start + first.written) // CQ_ENTRY_SIZE > read_start:
                 break
-        return found
+            self.files.remove_first()
+        self.min_offset = max(self.min_offset, self.files.min_offset // CQ_ENTRY_SIZE)
 
     def repoint(self, logical: int, commit: int, size: int, ts: int) -> Segment:
         """Point entry ``logical`` at a copy of its record; returns the file written."""
@@ -188,6 +197,7 @@ class ConsumeQueue:
         self.files.write(
             segment, CQ_ENTRY.pack(commit, size | RELOCATED_ENTRY, ts), pos - segment.start
         )
+        self._lowest_memo = None
         self.dirty[segment.start] = segment
         return segment
 

@@ -45,6 +45,8 @@ class GroupCommitter:
 
     async def wait_durable(self, offset: int) -> None:
         store = self._store
+        # Past the end nothing will ever be written to make it durable: wait for the end.
+        offset = min(offset, store.commit_log.write_offset)
         while store.durable_offset < offset:
             if self.failure is not None:
                 raise StoreWriteError(f"store failed an fsync earlier: {self.failure}")

@@ -669,6 +669,7 @@ class LogStore:
         log_ = self.commit_log
         boundary = self.reclaim_boundary()
         deleted = freed = 0
+        unread_deleted = False
         while len(log_.files.segments) > 1:
             first = log_.files.segments[0]
             age_ms = now - log_.sealed_ts_ms.get(first.start, 0)
@@ -676,12 +677,15 @@ class LogStore:
             expired = self.config.retention_ms is not None and age_ms > self.config.retention_ms
             if not expired and not (consumed and age_ms >= self.config.min_retention_ms):
                 break
+            unread_deleted = unread_deleted or not consumed
             log_.remove_first_segment()
             freed += first.written
             deleted += 1
         dropped: dict[int, int] = {}
-        if deleted:
+        if deleted and unread_deleted:
             dropped = self._forget_deleted(log_.min_offset)
+        elif deleted:
+            self._forget_consumed()
             log.info(
                 "reclaimed %d commitlog segment(s), %d bytes; unread messages lost: %s",
                 deleted,
@@ -689,6 +693,13 @@ class LogStore:
                 dropped or "none",
             )
         return RetentionReport(deleted, freed, dropped)
+
+    def _forget_consumed(self) -> None:
+        """After deleting only consumed records: drop the index files wholly below each
+        queue's read start (cheap: no entry is read; what lies below is never read)."""
+        starts = self.read_starts()
+        for key, cq in self.cqs.items():
+            cq.drop_consumed_before(starts.get(key, cq.max_offset))
 
     def _forget_deleted(self, commit_min: int) -> dict[int, int]:
         dropped: dict[int, int] = {}

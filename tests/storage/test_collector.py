@@ -82,6 +82,29 @@ def test_one_stuck_message_no_longer_holds_the_log(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_dense_head_goes_together_with_the_sparse_segments_behind_it(tmp_path: Path) -> None:
+    """Copies of stuck messages end up dense at the head; alone it is too live to copy, so
+    it is collected together with the consumed segments behind it (which it would pin)."""
+    store = LogStore.open(_config(tmp_path))
+    store.create_queue(1, 1)
+    store.create_queue(2, 1)
+    for i in range(20):  # ~ 1.2 segments of stuck messages, nothing else
+        store.append([rec(b"stuck%02d" % i + FILL, (1, 0))])
+    busy = 0
+    for _ in range(30):
+        for _ in range(10):
+            store.append([rec(b"busy" + FILL, (2, 0))])
+            busy += 1
+        store.commit_offset(QUEUE_GROUP, 2, 0, busy)
+        _durable(store)
+        while collect_now(store) is not None:
+            _durable(store)
+        store.apply_retention()
+    live_segments = 2 + 1  # the stuck messages, plus the active segment
+    assert len(store.commit_log.files.segments) <= live_segments + 1
+    assert _bodies(store, 1) == [b"stuck%02d" % i + FILL for i in range(20)]
+
+
 def test_a_segment_mostly_live_is_left_alone(tmp_path: Path) -> None:
     store = LogStore.open(_config(tmp_path))
     store.create_queue(1, 1)
