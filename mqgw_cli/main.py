@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from gateway.config_sources import ConfigError
+from mqgw_cli.broker_command import add_broker_command
 from mqgw_cli.config_commands import (
     add_config_commands,
     add_global_flags,
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_commands(commands)
 
     add_storage_commands(commands)
+    add_broker_command(commands)
     add_queue_commands(commands)
     add_ctl_commands(commands)
     add_definitions_commands(commands)

@@ -1,13 +1,17 @@
 """mqgw's log store: one commitlog, per-(queue, partition) consume queues, group offsets.
 
 Public surface (everything else is internal):
-- ``open_embedded_store(config)`` -> ``EmbeddedStore`` (async; what the gateway uses)
+- ``StorePort``: the async store API the gateway calls; two implementations:
+  ``open_embedded_store(config)`` -> ``EmbeddedStore`` (in-process) and
+  ``connect_remote_store("host:port")`` -> ``RemoteStore`` (to `mqgw broker`, which runs
+  ``serve_broker``; docs/broker-protocol.md), whose extra error is ``BrokerUnavailable``
 - ``LogStore`` (the synchronous core; benchmarks, tools, tests)
 - ``StoreConfig``, ``FlushPolicy``; ``Record`` in, ``StoredMessage`` out
 - result types and typed errors
 - ``check_store`` / ``repair_store`` for `mqgw storage check|repair`
 """
 
+from storage.broker import serve_broker
 from storage.config import FlushPolicy, StoreConfig
 from storage.embedded import EmbeddedStore, open_embedded_store
 from storage.errors import (
@@ -22,7 +26,9 @@ from storage.errors import (
     UnknownQueue,
 )
 from storage.log_store import LogStore
+from storage.port import StorePort
 from storage.record import Record, StoredMessage
+from storage.remote_store import BrokerUnavailable, RemoteStore, connect_remote_store
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,
@@ -37,6 +43,7 @@ from storage.results import (
 __all__ = [
     "QUEUE_GROUP",
     "AppendResult",
+    "BrokerUnavailable",
     "CorruptionError",
     "DiskFull",
     "EmbeddedStore",
@@ -50,13 +57,17 @@ __all__ = [
     "Record",
     "RecordTooLarge",
     "RecoveryReport",
+    "RemoteStore",
     "RetentionReport",
     "StoreClosed",
     "StoreConfig",
     "StoreError",
     "StoreLocked",
+    "StorePort",
     "StoreWriteError",
     "StoredMessage",
     "UnknownQueue",
+    "connect_remote_store",
     "open_embedded_store",
+    "serve_broker",
 ]

@@ -1,0 +1,94 @@
+"""StorePort: the store API the gateway calls, whatever carries it.
+
+Two implementations satisfy it structurally: ``EmbeddedStore`` (the store in-process) and
+``RemoteStore`` (the same calls over the broker protocol to `mqgw broker`). One contract suite,
+tests/storage/test_store_contract.py, runs over both; a change here changes both and the suite.
+
+Everything takes and returns whole batches: over the network a call is a round trip, so the
+gateway must never need one per message. Errors are the typed ones of storage.errors (plus
+``ValueError`` for arguments out of range), raised the same way by both implementations; the
+remote one adds ``BrokerUnavailable`` (the outcome of an in-flight call is then unknown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from storage.record import Record
+from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, RetentionReport
+
+
+class StorePort(Protocol):
+    async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
+        """Append a batch, all or nothing; with ``wait_durable`` complete once it is durable
+        under the flush policy, otherwise once written (readable, ordered)."""
+        ...
+
+    async def wait_durable(self, end_offset: int) -> None:
+        """Complete when everything before ``end_offset`` is durable under the flush policy."""
+        ...
+
+    async def backlog_bytes(self) -> int:
+        """Bytes appended but not yet durable."""
+        ...
+
+    async def read(
+        self,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        max_count: int = 256,
+        max_bytes: int = 4 << 20,
+    ) -> ReadResult: ...
+
+    async def create_queue(self, queue_id: int, partitions: int) -> None:
+        """Idempotent for the same partition count; QueueExists for another."""
+        ...
+
+    async def queues(self) -> dict[int, int]:
+        """Queue id -> partitions, for every queue the store holds."""
+        ...
+
+    async def delete_queue(self, queue_id: int) -> None: ...
+
+    async def purge(self, queue_id: int, group: str = QUEUE_GROUP) -> int:
+        """Make every stored message of the queue unreadable; returns how many were ready."""
+        ...
+
+    async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats: ...
+
+    async def commit_offset(
+        self, group: str, queue_id: int, partition: int, offset: int
+    ) -> None: ...
+
+    async def committed_offset(self, group: str, queue_id: int, partition: int) -> int: ...
+
+    async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int: ...
+
+    async def apply_retention(self) -> RetentionReport: ...
+
+    async def disk_bytes(self) -> int:
+        """Bytes of commitlog on disk (what a disk budget is compared with)."""
+        ...
+
+    async def held_back_bytes(self) -> dict[int, int]:
+        """Per queue with unconsumed records: commitlog bytes it keeps from being reclaimed."""
+        ...
+
+    async def oldest_segment_ts(self) -> int | None:
+        """Store time of the oldest commitlog segment's last record, when it is sealed."""
+        ...
+
+    async def unclean_marks(self, queue_id: int) -> dict[int, int]:
+        """After a crash, per partition: the index length found at open (messages below may
+        have been delivered before it). Empty after a clean shutdown."""
+        ...
+
+
+if TYPE_CHECKING:  # both implementations must fit the port: mypy checks it here
+    from storage.embedded import EmbeddedStore
+    from storage.remote_store import RemoteStore
+
+    _embedded: type[StorePort] = EmbeddedStore
+    _remote: type[StorePort] = RemoteStore
