@@ -205,6 +205,84 @@ class GatewayServer:
         return admin_call(base, method, path, body, user, password, timeout_s=30)
 
 
+class BrokerServer:
+    """`mqgw broker` on a fixed loopback port, logging to a file; restartable in place (same
+    data directory, same port), as `mqgw cluster` and the tests run it."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        log_path: Path,
+        group: str = "g1",
+        broker_id: str = "a",
+        meta: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.log_path = log_path
+        self.group = group
+        self.broker_id = broker_id
+        self.meta = meta
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self, timeout_s: float = 30) -> BrokerServer:
+        cmd = [
+            sys.executable, "-m", "mqgw_cli.main", "broker",
+            "--data-dir", str(self.data_dir), "--port", str(self.port),
+            "--group", self.group, "--id", self.broker_id,
+        ]  # fmt: skip
+        if self.meta:
+            cmd += ["--meta", self.meta]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log_file:
+            self.proc = subprocess.Popen(
+                cmd,
+                env={**os.environ, **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 (only prctl: safe)
+            )
+        self.starts += 1
+        name = re.escape(f"{self.group}/{self.broker_id}")
+        ready = re.compile(rf"broker {name} ready on 127\.0\.0\.1:{self.port} data ")
+        deadline = time.monotonic() + timeout_s
+        while len(ready.findall(self.log())) < self.starts:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"broker not ready within {timeout_s} s:\n{self.log()}")
+            time.sleep(0.02)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout_s)
+
+
 class RabbitMQProcess:
     """A RabbitMQ node and its epmd, both children of this process; ``url`` once started.
 

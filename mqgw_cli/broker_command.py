@@ -2,6 +2,9 @@
 
     mqgw broker --data-dir D --port P [--host 127.0.0.1] [--group G] [--id I] [--meta URL]
 
+With --meta it registers (group, id, address) in the metadata store on Redis and renews that
+lease every few seconds, which is how gateways find it.
+
 The store lives in D/store, as under `mqgw serve` (so `mqgw storage check D` works on
 either), and takes the store settings `mqgw serve` takes (flags, MQGW_* environment, --config
 file): flush policy, segment sizes, retention, intervals. One log line says it is up:
@@ -30,6 +33,9 @@ STORE_KEYS = (
 )  # fmt: skip
 
 
+BROKER_LEASE_MS = 5_000  # a broker silent this long is taken for dead
+
+
 def _has_uvloop() -> bool:
     try:
         import uvloop  # noqa: F401 - only probing whether it is installed
@@ -54,10 +60,16 @@ def _broker(args: argparse.Namespace) -> int:
     settings = resolved.settings
     config = settings.store_config()
     name = f"{args.group}/{args.id}"
-    if args.meta:
-        log.warning("--meta %s: registration in Redis: not yet wired", args.meta)
+    if args.meta and args.backend != "asyncio":
+        print("mqgw broker: --meta needs the asyncio backend (redis.asyncio)", file=sys.stderr)
+        return 2
+    listening: list[str] = []
+    events: list[Any] = []  # the "listening" event, made inside the event loop
 
     def ready(host: str, port: int) -> None:
+        listening.append(f"{host}:{port}")
+        for event in events:
+            event.set()
         log.info(
             "broker %s ready on %s:%d data %s (flush %s)",
             name,
@@ -67,13 +79,19 @@ def _broker(args: argparse.Namespace) -> int:
             config.flush.value,
         )
 
+    async def main() -> None:
+        if not args.meta:
+            await serve_broker(config, args.host, args.port, ready, name=name)
+            return
+        events.append(anyio.Event())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_heartbeat, args.meta, args.group, args.id, events[0], listening)
+            await serve_broker(config, args.host, args.port, ready, name=name)
+            tg.cancel_scope.cancel()
+
     options: dict[str, Any] = {"use_uvloop": _has_uvloop()} if args.backend == "asyncio" else {}
     try:
-        anyio.run(
-            lambda: serve_broker(config, args.host, args.port, ready, name=name),
-            backend=args.backend,
-            backend_options=options,
-        )
+        anyio.run(main, backend=args.backend, backend_options=options)
     except Exception as error:
         # Locked, corrupt, port taken, disk refused: one line, no traceback. The task groups
         # around the store wrap what they raise, so look inside.
@@ -83,6 +101,33 @@ def _broker(args: argparse.Namespace) -> int:
         print(f"mqgw broker: cannot start: {cause}", file=sys.stderr)
         return 2
     return 0
+
+
+async def _heartbeat(url: str, group: str, broker_id: str, up: Any, listening: list[str]) -> None:
+    """Register in the metadata store once listening, and keep the lease alive: gateways
+    find brokers there, and a broker whose lease lapses is taken for dead."""
+    import anyio
+
+    from meta.errors import MetadataUnavailable
+    from meta.redis_store import RedisMetadataStore
+
+    meta = RedisMetadataStore(url, default_user=False)
+    await up.wait()
+    address = listening[0]
+    announced = False
+    try:
+        while True:
+            try:
+                await meta.register_broker(group, broker_id, address, BROKER_LEASE_MS)
+                if not announced:
+                    log.info("broker %s/%s registered in %s as %s", group, broker_id, url, address)
+                    announced = True
+            except MetadataUnavailable as error:
+                log.warning("broker registration failed (retrying): %s", error)
+            await anyio.sleep(BROKER_LEASE_MS / 3 / 1000)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await meta.close()
 
 
 def _leaf(error: BaseException) -> BaseException:
@@ -101,7 +146,7 @@ def add_broker_command(commands: Any) -> None:
     broker.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     broker.add_argument("--group", default="g0", help="broker group name (default g0)")
     broker.add_argument("--id", default="0", help="id within the group (default 0)")
-    broker.add_argument("--meta", default=None, metavar="URL", help="redis://H:P/N (not yet used)")
+    broker.add_argument("--meta", default=None, metavar="URL", help="redis://H:P/N: register here")
     broker.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     add_settings_flags(broker, STORE_KEYS)
     # add_settings_flags titles a group of chosen keys "logging" (its other use): rename it.

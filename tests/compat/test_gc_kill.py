@@ -95,7 +95,7 @@ def _drain(url: str, queue: str) -> list[tuple[int, bool]]:
 
 
 @pytest.mark.parametrize(
-    "rounds", [4, pytest.param(15, marks=pytest.mark.slow, id="soak")], ids=lambda n: str(n)
+    "rounds", [4, pytest.param(15, marks=pytest.mark.slow, id="soak")], ids=str
 )
 def test_collection_killed_at_random_points_loses_nothing(tmp_path: Path, rounds: int) -> None:
     rng = random.Random(rounds)

@@ -67,7 +67,7 @@ def test_max_age_drops_old_unread_messages_and_counts_them(tmp_path: Path) -> No
             check_for(10, lambda: count("aged") == 0)
             assert count("kept") == 10  # no age limit: kept until consumed
             ch.basic_publish("", "aged", b"new")
-            method, _props, body = ch.basic_get("aged", auto_ack=True)
+            _method, _props, body = ch.basic_get("aged", auto_ack=True)
             assert body == b"new"
         stats = gateway.admin("GET", "/api/queues/%2F/aged")[1]
         assert stats["mqgw"]["dropped_by_retention"] == 10
@@ -102,7 +102,7 @@ def test_disk_overflow_drop_oldest_keeps_publishers_going_within_the_budget(
             left = ch.queue_declare("lossy", passive=True).method.message_count
             assert 0 < left < total
             # What is left is the newest, in order: the oldest went.
-            first, _props, body = ch.basic_get("lossy", auto_ack=True)
+            _first, _props, body = ch.basic_get("lossy", auto_ack=True)
             assert int(body[:6]) == total - left
         commitlog = sum(p.stat().st_size for p in (data / "store" / "commitlog").iterdir())
         assert commitlog <= 5 * SEGMENT
