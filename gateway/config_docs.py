@@ -65,6 +65,8 @@ RABBITMQ: dict[str, tuple[str, str]] = {
     "max_connections_per_address": ("- (RabbitMQ limits per vhost and per user)", ""),
     "memory_high_watermark": ("`vm_memory_high_watermark.relative` / `.absolute` "
                               "(0.4 in 3.x, 0.6 in 4.x)", ""),
+    "meta": ("- (a RabbitMQ cluster keeps metadata in Mnesia/Khepri on every node)",
+             "gateways share Redis; brokers hold the messages"),
     "flush": ("- (confirms of persistent messages follow an fsync)", ""),
     "segment_size_bytes": ("- (streams: `x-stream-max-segment-size-bytes`)", ""),
     "cq_entries_per_segment": ("-", ""),
