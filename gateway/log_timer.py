@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import anyio
 
-from storage import QUEUE_GROUP, EmbeddedStore, ReadStatus, Record, StoredMessage, StoreError
+from storage import QUEUE_GROUP, ReadStatus, Record, StoredMessage, StoreError, StorePort
 
 log = logging.getLogger("mqgw.timer")
 
@@ -157,7 +157,7 @@ def decode_item(stored: StoredMessage, level: int) -> TimerItem:
 class LogTimer:
     def __init__(
         self,
-        store: EmbeddedStore,
+        store: StorePort,
         levels_ms: Sequence[int] = DEFAULT_LEVELS_MS,
         clock: Callable[[], int] = wall_clock_ms,
         max_level_ms: int | None = None,

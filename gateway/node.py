@@ -29,7 +29,8 @@ from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
 from meta.models import Permission, Policy, User, VHost
 from meta.password import hash_password
-from storage import EmbeddedStore, StoredMessage
+from meta.store import MetadataStore
+from storage import StoredMessage, StorePort
 
 log = logging.getLogger("mqgw.node")
 
@@ -38,9 +39,7 @@ COMMIT_YIELD_EVERY = 256
 
 
 class Node:
-    def __init__(
-        self, settings: GatewaySettings, store: EmbeddedStore, meta: LocalMetadataStore
-    ) -> None:
+    def __init__(self, settings: GatewaySettings, store: StorePort, meta: MetadataStore) -> None:
         self.settings = settings
         self.store = store
         self.meta = meta
@@ -292,7 +291,10 @@ class Node:
             await self._retry_metadata_write()
 
     async def _retry_metadata_write(self) -> None:
-        """Write the metadata a full disk kept in memory (nothing to do when none waits)."""
+        """Write the metadata a full disk kept in memory (nothing to do when none waits).
+        Only the embedded node's file store has such writes; Redis keeps its own."""
+        if not isinstance(self.meta, LocalMetadataStore):
+            return
         try:
             await self.meta.retry_write()
         except Exception:

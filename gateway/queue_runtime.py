@@ -32,7 +32,7 @@ from gateway.dead_letter import DeadLetter
 from gateway.queue_behaviour import QueueBehaviour, behaviour_of
 from gateway.rate_limit import TokenBucket
 from meta.models import QueueDef
-from storage import QUEUE_GROUP, EmbeddedStore, ReadStatus, StoredMessage
+from storage import QUEUE_GROUP, ReadStatus, StoredMessage, StorePort
 
 if TYPE_CHECKING:
     from gateway.channel_state import Consumer
@@ -82,7 +82,7 @@ class QueueRuntime:
     def __init__(
         self,
         definition: QueueDef,
-        store: EmbeddedStore,
+        store: StorePort,
         behaviour: QueueBehaviour | None = None,
         outbox: Callable[[DeadLetter], None] | None = None,
     ) -> None:

@@ -64,7 +64,9 @@ class Session:
         self.peer = peer
         self.local = local
         self.name = f"{peer} -> {local}"  # the management API's connection name
-        self.id = f"{self.name}#{node.next_connection_number()}"
+        # "<gateway>/<n>": exclusive queues name their owner so, and a cluster reaps the
+        # queues of a gateway that died by that prefix (meta/redis_cluster.py).
+        self.id = f"{node.name}/{node.next_connection_number()}"
         self.vhost: VirtualHost | None = None
         self.user = ""
         self.opened = False

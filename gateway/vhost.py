@@ -21,14 +21,14 @@ from gateway.queue_behaviour import QueueBehaviour, behaviour_of
 from gateway.queue_runtime import PERSISTENT_FLAG, QueueRuntime
 from gateway.routing import Router, UnknownExchange
 from meta.errors import MetaError
-from meta.local_store import LocalMetadataStore
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
+from meta.store import MetadataStore
 from storage import (
     AppendResult,
-    EmbeddedStore,
     Record,
     StoredMessage,
     StoreError,
+    StorePort,
     UnknownQueue,
 )
 
@@ -53,8 +53,8 @@ class VirtualHost:
     def __init__(
         self,
         name: str,
-        meta: LocalMetadataStore,
-        store: EmbeddedStore,
+        meta: MetadataStore,
+        store: StorePort,
         scheduler: PushScheduler,
         partitions: int,
     ) -> None:

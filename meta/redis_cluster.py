@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from meta.change_feed import Change
 from meta.cluster import BrokerInfo, spread_partitions
@@ -26,6 +27,29 @@ from meta.redis_base import RedisStoreBase
 from meta.redis_conn import text
 from meta.redis_topology import TopologyView
 from meta.serialization import key_of, parse_key
+
+# KEYS: lease, token counter; ARGV: owner, ttl ms. The value is "<owner> <token>".
+_HOLD_LEASE = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local owner, token = string.match(held, '^(.*) (%d+)$')
+  if owner == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return token
+  end
+  return false
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
+return tostring(token)
+"""
+_DROP_LEASE = """
+local held = redis.call('GET', KEYS[1])
+if held and string.match(held, '^(.*) %d+$') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
 
 
 class RedisClusterRegistry(RedisStoreBase):
@@ -102,6 +126,40 @@ class RedisClusterRegistry(RedisStoreBase):
             bindings=tuple(bindings),
             touches_durable=any(x.durable for x in exchanges),  # exclusive queues never are
         )
+
+    # --- delivery leases: one gateway at a time delivers each queue partition ---
+
+    async def hold_lease(self, name: str, owner: str, ttl_ms: int) -> int | None:
+        """Take lease ``name`` for ``owner`` when it is free, or extend it when ``owner``
+        holds it. Returns the lease's fencing token (a new, larger one each time the lease
+        changes hands), or None when another owner holds it."""
+        key = self._keys.delivery_lease(name)
+        tokens = self._keys.lease_tokens()
+        found = await self._read(
+            lambda: self._hold_script(keys=[key, tokens], args=[owner, ttl_ms])
+        )
+        return None if found is None else int(found)
+
+    async def drop_lease(self, name: str, owner: str) -> None:
+        """Give lease ``name`` up if ``owner`` holds it (its consumers left)."""
+        key = self._keys.delivery_lease(name)
+        await self._read(lambda: self._drop_script(keys=[key], args=[owner]))
+
+    @property
+    def _hold_script(self) -> Any:
+        script = getattr(self, "_hold_lease_script", None)
+        if script is None:
+            script = self._conn.client.register_script(_HOLD_LEASE)
+            self._hold_lease_script = script
+        return script
+
+    @property
+    def _drop_script(self) -> Any:
+        script = getattr(self, "_drop_lease_script", None)
+        if script is None:
+            script = self._conn.client.register_script(_DROP_LEASE)
+            self._drop_lease_script = script
+        return script
 
     # --- broker registry ---
 

@@ -76,5 +76,11 @@ class RedisKeys:
     def gateway_lease(self, gateway_id: str) -> str:  # string with a TTL
         return self.prefix + "gateway:" + gateway_id
 
+    def delivery_lease(self, name: str) -> str:  # string "<owner> <token>" with a TTL
+        return self.prefix + "lease:" + name
+
+    def lease_tokens(self) -> str:  # INCR counter: fencing tokens of delivery leases
+        return self.prefix + "lease-tokens"
+
     def broker_lease(self, group: str, broker_id: str) -> str:  # string with a TTL
         return f"{self.prefix}broker:{quote(group, safe='')}:{broker_id}"

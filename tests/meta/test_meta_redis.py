@@ -276,3 +276,26 @@ async def test_placement_spreads_is_stable_and_goes_with_the_queue(
     assert await store.place_queue("/", "q4", 1, groups) == ["g1"]
     with pytest.raises(NotFound):
         await store.place_queue("/", "missing", 1, groups)
+
+
+# --- delivery leases -----------------------------------------------------------------
+
+
+async def test_a_delivery_lease_has_one_holder_and_a_new_token_per_holder(
+    open_store: Callable[..., RedisMetadataStore],
+) -> None:
+    a, b = open_store(), open_store()
+    first = await a.hold_lease("q:7:0", "gw-a", 300)
+    assert first is not None
+    assert await b.hold_lease("q:7:0", "gw-b", 300) is None  # held: refused
+    assert await a.hold_lease("q:7:0", "gw-a", 300) == first  # renewed, same token
+    results = await asyncio.gather(*(b.hold_lease("q:8:0", f"gw-{i}", 300) for i in range(8)))
+    assert sum(r is not None for r in results) == 1  # a race has exactly one winner
+    await a.drop_lease("q:7:0", "gw-b")  # not the holder: nothing happens
+    assert await b.hold_lease("q:7:0", "gw-b", 300) is None
+    await a.drop_lease("q:7:0", "gw-a")
+    taken = await b.hold_lease("q:7:0", "gw-b", 200)
+    assert taken is not None and taken > first  # fencing: a later holder, a larger token
+    await asyncio.sleep(0.3)  # lapses without renewal (Redis's clock)
+    again = await a.hold_lease("q:7:0", "gw-a", 300)
+    assert again is not None and again > taken
