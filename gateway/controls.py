@@ -113,11 +113,20 @@ class Controls:
 
     async def load(self) -> None:
         for control in await self.node.meta.list_controls():
-            if control.scope == "connection":
-                # Connections do not outlive the node: their controls went with them.
+            if control.scope == "connection" and self.node.cluster is None:
+                # Connections do not outlive the node: their controls went with them. (In a
+                # cluster the other gateways' connections live on: theirs stay.)
                 await self.node.meta.delete_control(*control.key)
                 continue
             self._controls[control.key] = control
+
+    async def reload(self) -> None:
+        """Controls changed elsewhere (cluster mode): take the store's set and apply it."""
+        controls = {c.key: c for c in await self.node.meta.list_controls()}
+        for key in [k for k, c in self._controls.items() if controls.get(k) != c]:
+            self._buckets.pop(key, None)
+        self._controls = controls
+        self.apply()
 
     async def update(self, key: Key, changes: dict[str, Any], user: str) -> ConsumptionControl:
         """Merge ``changes`` (state, rate_msgs, rate_bytes; None clears one) into the control

@@ -7,11 +7,12 @@ import logging
 import shutil
 import time
 from itertools import count
+from typing import TYPE_CHECKING
 
 import anyio
 from pamqp import commands
 
-from gateway import memory
+from gateway import memory, metadata_sync
 from gateway.access import Access
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
 from gateway.broadcast import Broadcasts, BroadcastScheduler
@@ -26,11 +27,15 @@ from gateway.resource_alarm import Alarms, ResourceAlarm
 from gateway.session import Session
 from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
+from meta.change_feed import Change
 from meta.local_store import LocalMetadataStore
-from meta.models import Permission, Policy, User, VHost
+from meta.models import Deletions, Permission, Policy, User, VHost
 from meta.password import hash_password
 from meta.store import MetadataStore
 from storage import StoredMessage, StorePort
+
+if TYPE_CHECKING:
+    from gateway.cluster_link import ClusterLink
 
 log = logging.getLogger("mqgw.node")
 
@@ -77,6 +82,7 @@ class Node:
         self.timer.register(REDELIVERY_KIND, self.redelivery.fire)
         self._dead_letters_waiting = anyio.Event()
         self.scheduler.on_unused = self._delete_unused
+        self.cluster: ClusterLink | None = None  # set by the server in cluster mode
 
     def admit(self, session: Session) -> bool:
         """max_connections_per_address: refuse a socket from an address already at the cap
@@ -133,12 +139,15 @@ class Node:
         await self.timer.start()
         await self.check_resources()
 
+    async def open_vhost(self, name: str) -> VirtualHost:
+        return await self._open_vhost(name)
+
     async def _open_vhost(self, name: str) -> VirtualHost:
         vhost = VirtualHost(
             name, self.meta, self.store, self.scheduler, self.settings.queue_partitions
         )
         vhost.on_queue_deleted = self._queue_deleted
-        vhost.on_queue_attached = self.controls.attach_queue
+        vhost.on_queue_attached = self._queue_attached
         vhost.on_dead_letter = self._dead_letters_waiting.set
         await vhost.load()
         self.vhosts[vhost.name] = vhost
@@ -151,15 +160,49 @@ class Node:
             await self._open_vhost(definition.name)
             log.info("vhost %r created", definition.name)
 
-    async def delete_vhost(self, name: str) -> None:
-        """Delete a vhost and everything in it; its connections are closed with 320."""
+    def _queue_attached(self, queue: QueueRuntime) -> None:
+        self.controls.attach_queue(queue)
+        if self.cluster is not None:  # nothing delivered before this gateway holds the lease
+            queue.leases = [False] * queue.partitions
+
+    def all_queues(self) -> list[QueueRuntime]:
+        return [q for vhost in self.vhosts.values() for q in vhost.queues.values()]
+
+    def queue_by_id(self, queue_id: int) -> QueueRuntime | None:
+        for vhost in self.vhosts.values():
+            queue = vhost.queues_by_id.get(queue_id)
+            if queue is not None:
+                return queue
+        return None
+
+    async def apply_change(self, change: Change) -> None:
+        await metadata_sync.apply_change(self, change)
+
+    async def reload_metadata(self) -> None:
+        await metadata_sync.reload(self)
+
+    async def forget_vhost(self, name: str) -> None:
+        """A vhost deleted elsewhere: close its connections here, drop its runtimes."""
         vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return
+        await self._close_vhost_sessions(name, vhost)
+        self.access.forget_vhost(name)
+        await vhost.forget(Deletions(queues=tuple(q.definition for q in vhost.queues.values())))
+        log.info("vhost %r deleted (elsewhere in the cluster)", name)
+
+    async def _close_vhost_sessions(self, name: str, vhost: VirtualHost | None) -> None:
         error = ConnectionForced(f"vhost '{name}' is deleted")
         for session in list(self.sessions):
             if session.vhost is vhost:
                 session.conn.close(error)
                 session.mark_dirty()
                 await session.release()
+
+    async def delete_vhost(self, name: str) -> None:
+        """Delete a vhost and everything in it; its connections are closed with 320."""
+        vhost = self.vhosts.pop(name, None)
+        await self._close_vhost_sessions(name, vhost)
         deletions = await self.meta.delete_vhost(name)
         self.access.forget_vhost(name)
         await self.controls.forget_vhost(name)

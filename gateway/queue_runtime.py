@@ -99,6 +99,9 @@ class QueueRuntime:
         self.cursors = [0] * self.partitions  # next offset to fetch, per partition
         # Below these offsets a message may have gone out before a crash: flagged redelivered.
         self.maybe_delivered = [0] * self.partitions
+        # Cluster mode: per partition, whether this gateway holds its delivery lease (None:
+        # embedded, always delivers). See gateway/cluster_link.py.
+        self.leases: list[bool] | None = None
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
         self.requeued: list[tuple[int, int, StoredMessage]] = []  # (commit offset, partition, m)
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]
@@ -552,7 +555,7 @@ class QueueRuntime:
 
     def pump(self, quota: int, now: float) -> PumpResult:
         """Deliver up to ``quota`` messages to consumers with credit (and within the rate)."""
-        if self.paused:
+        if self.paused or not self.holds_all_leases():
             return PumpResult.PAUSED
         limit = self.rate_limit
         if limit is not None:
@@ -612,10 +615,45 @@ class QueueRuntime:
     async def message_count(self) -> int:
         """Ready messages: buffered, requeued and not yet fetched (unacked excluded).
 
-        Expired messages at the head leave first, so a count never includes them."""
+        Expired messages at the head leave first, so a count never includes them. In a
+        cluster, a gateway that does not deliver the queue asks the broker (its own count
+        does not see what other gateways published or consumed)."""
+        if not self.holds_all_leases():
+            stats = await self.store.queue_stats(self.queue_id)
+            return stats.ready
         if self.behaviour.message_ttl_ms is not None or self.expirations_seen:
             await self.expire(wall_ms())
         return self.ready_count
+
+    # -- cluster delivery leases ------------------------------------------------------------
+
+    def holds_all_leases(self) -> bool:
+        return self.leases is None or all(self.leases)
+
+    def set_lease(self, partition: int, held: bool) -> None:
+        if self.leases is not None:
+            self.leases[partition] = held
+
+    async def take_over(self, partition: int) -> None:
+        """This gateway now delivers ``partition``: start from the broker's committed offset
+        (another gateway may have delivered and committed meanwhile) and flag what lies
+        before the end as possibly delivered already (it may have gone out from there)."""
+        self.buffer = deque(item for item in self.buffer if item[0] != partition)
+        requeued = [item for item in self.requeued if item[1] != partition]
+        heapq.heapify(requeued)
+        self.requeued = requeued
+        stats = await self.store.queue_stats(self.queue_id)
+        committed = await self.store.committed_offset(QUEUE_GROUP, self.queue_id, partition)
+        part = stats.partitions[partition]
+        self.cursors[partition] = max(committed, part.min_offset)
+        self.maybe_delivered[partition] = part.max_offset
+        self.ready_count = (
+            sum(max(0, s.max_offset - self.cursors[s.partition]) for s in stats.partitions)
+            + sum(1 for _ in self.buffer)
+            + len(self.requeued)
+        )
+        self.exhausted = False
+        self.set_lease(partition, True)
 
     async def purge(self) -> int:
         count = self.ready_count

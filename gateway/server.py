@@ -10,7 +10,8 @@ from __future__ import annotations
 import gc
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import cast
 
 import anyio
@@ -19,6 +20,7 @@ import uvicorn
 from anyio.abc import SocketListener
 
 from gateway.admin.app import create_app
+from gateway.cluster_link import ClusterLink, open_cluster_backends
 from gateway.connection_io import serve_connection
 from gateway.delayed_exchange import EXCHANGE_TYPES
 from gateway.listeners import describe, open_listener
@@ -26,23 +28,45 @@ from gateway.node import Node
 from gateway.settings import GatewaySettings
 from gateway.tls import ReloadingContext, TLSSettingsError, TLSSetup, serve_tls_connection
 from meta.local_store import LocalMetadataStore
-from storage import DiskFull, open_embedded_store
+from meta.redis_store import RedisMetadataStore
+from meta.store import MetadataStore
+from storage import DiskFull, StorePort, open_embedded_store
 
 log = logging.getLogger("mqgw.server")
+
+
+@asynccontextmanager
+async def _backends(settings: GatewaySettings) -> AsyncIterator[tuple[StorePort, MetadataStore]]:
+    """Embedded: the store and the metadata file under the data directory. Cluster (--meta):
+    Redis and a broker (gateway/cluster_link.py)."""
+    if settings.meta:
+        # Nothing of the cluster's is kept here; the directory is still the gateway's own
+        # (the disk alarm reads it; the broker has its own alarm for the messages).
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        async with open_cluster_backends(settings, frozenset(EXCHANGE_TYPES)) as (store, meta):
+            yield store, meta
+        return
+    async with open_embedded_store(settings.store_config()) as embedded:
+        yield (
+            embedded,
+            LocalMetadataStore(
+                settings.data_dir / "meta",
+                exchange_types=EXCHANGE_TYPES,
+                default_user=not settings.users,
+            ),
+        )
 
 
 async def serve(
     settings: GatewaySettings, on_ready: Callable[[int, int], None] | None = None
 ) -> None:
     tls = TLSSetup.from_settings(settings)  # a TLS setting that cannot work stops us here
-    async with open_embedded_store(settings.store_config()) as store:
-        meta = LocalMetadataStore(
-            settings.data_dir / "meta",
-            exchange_types=EXCHANGE_TYPES,
-            default_user=not settings.users,
-        )
+    async with _backends(settings) as (store, meta):
         node = Node(settings, store, meta)
+        link = ClusterLink(node, meta) if isinstance(meta, RedisMetadataStore) else None
+        node.cluster = link
         await node.start()
+        position = await link.start() if link is not None else ""
         _tune_gc()
         listener = await open_listener(settings.amqp_host, settings.amqp_port)
         amqp_port = listener.extra(anyio.abc.SocketAttribute.local_port)
@@ -72,6 +96,8 @@ async def serve(
             tg.start_soon(node.housekeeping)
             tg.start_soon(node.dead_letter_loop)
             tg.start_soon(node.consumer_timeout_loop)
+            if link is not None:
+                tg.start_soon(link.run, position)
             for socket_listener in listener.listeners:
                 tg.start_soon(accept_loop, cast(SocketListener, socket_listener))
             for socket_listener in tls_listener.listeners if tls_listener else ():
@@ -82,13 +108,18 @@ async def serve(
             if settings.admin_port and sniffio.current_async_library() == "asyncio":
                 admin_port = await tg.start(_serve_admin, node, settings, tls.admin)
             https = " (https)" if tls.admin else ""
+            what = (
+                f"metadata {settings.meta}, gateway {node.name}"
+                if link is not None
+                else f"data in {settings.data_dir} (flush {settings.flush.value})"
+            )
             log.info(
-                "mqgw embedded node ready: AMQP on %s, admin on %s, %sdata in %s (flush %s)",
+                "mqgw %s ready: AMQP on %s, admin on %s, %s%s",
+                "cluster gateway" if link is not None else "embedded node",
                 describe(listener),
                 f"{settings.admin_host}:{admin_port}{https}" if admin_port else "off",
                 f"AMQPS on {describe(tls_listener)}, " if tls_listener else "",
-                settings.data_dir,
-                settings.flush.value,
+                what,
             )
             if on_ready is not None:
                 on_ready(amqp_port, admin_port)

@@ -303,19 +303,47 @@ class VirtualHost:
         )
         await self.apply_deletions(deletions)
 
-    async def apply_deletions(self, deletions: Deletions) -> None:
+    async def apply_deletions(self, deletions: Deletions, delete_data: bool = True) -> None:
+        """Follow what a metadata deletion removed; ``delete_data``: also the queues' data in
+        the store (the gateway that deleted them does; the others only drop runtimes)."""
         self.router.apply_deletions(deletions)
         for definition in deletions.queues:
-            runtime = self.queues.pop(definition.name, None)
-            if runtime is None:
+            runtime = self.queues.get(definition.name)
+            if runtime is None or runtime.queue_id != definition.queue_id:
                 continue
+            del self.queues[definition.name]
             self.queues_by_id.pop(runtime.queue_id, None)
             runtime.deleted = True
             self.on_queue_deleted(runtime)
+            if not delete_data:
+                continue
             try:
                 await self.store.delete_queue(definition.queue_id)
             except UnknownQueue:
                 log.warning("queue %r had no store queue %d", definition.name, runtime.queue_id)
+
+    # -- changes made by other gateways (cluster mode: gateway/metadata_sync.py) ----------
+
+    async def forget(self, deletions: Deletions) -> None:
+        await self.apply_deletions(deletions, delete_data=False)
+
+    async def adopt_queue(self, definition: QueueDef) -> None:
+        """A queue declared elsewhere (or again, with a new id, after a delete we missed)."""
+        runtime = self.queues.get(definition.name)
+        if runtime is not None and runtime.queue_id == definition.queue_id:
+            return
+        if runtime is not None:
+            await self.forget(Deletions(queues=(runtime.definition,)))
+        await self._attach_queue(definition)
+        self.router.add_queue(definition.name)
+
+    async def rebuild_router(self) -> None:
+        exchanges = await self.meta.list_exchanges(self.name)
+        queues = await self.meta.list_queues(self.name)
+        bindings = await self.meta.list_bindings(self.name)
+        self.router = Router.from_definitions(
+            self.name, exchanges, [q.name for q in queues], bindings
+        )
 
     # -- bindings -------------------------------------------------------------------------
 

@@ -6,6 +6,10 @@ still be found and reaped. A gateway's exclusive queues are found through the ow
 ``<prefix>owner:<gateway_id>/<n>`` (one per connection, kept by declare and delete), by
 SCAN: reaping is rare, and per-connection sets keep closing a connection cheap.
 
+Broker heartbeats and delivery leases go straight to Redis, without the first-use bootstrap
+of vhost "/" and guest: a broker is no metadata client, and must not be the one to decide
+(with its own defaults) what a fresh cluster's first user is.
+
 Placement: ``<vhost>:route:<queue>`` holds the group of each partition, written once in a
 transaction that watches it (and the queue), so concurrent callers get the same answer.
 ``<prefix>placement-load`` counts partitions per group; it is read without WATCH (a
@@ -135,7 +139,7 @@ class RedisClusterRegistry(RedisStoreBase):
         changes hands), or None when another owner holds it."""
         key = self._keys.delivery_lease(name)
         tokens = self._keys.lease_tokens()
-        found = await self._read(
+        found = await self._conn.run(
             lambda: self._hold_script(keys=[key, tokens], args=[owner, ttl_ms])
         )
         return None if found is None else int(found)
@@ -143,7 +147,7 @@ class RedisClusterRegistry(RedisStoreBase):
     async def drop_lease(self, name: str, owner: str) -> None:
         """Give lease ``name`` up if ``owner`` holds it (its consumers left)."""
         key = self._keys.delivery_lease(name)
-        await self._read(lambda: self._drop_script(keys=[key], args=[owner]))
+        await self._conn.run(lambda: self._drop_script(keys=[key], args=[owner]))
 
     @property
     def _hold_script(self) -> Any:
@@ -174,7 +178,7 @@ class RedisClusterRegistry(RedisStoreBase):
                 pipe.set(self._keys.broker_lease(group, broker_id), str(seen_ms), px=ttl_ms)
                 await pipe.execute()
 
-        await self._read(heartbeat)
+        await self._conn.run(heartbeat)
 
     async def list_brokers(self) -> list[BrokerInfo]:
         async def read() -> list[BrokerInfo]:
@@ -191,7 +195,7 @@ class RedisClusterRegistry(RedisStoreBase):
                 brokers.append(BrokerInfo(**entry, alive=bool(alive)))
             return brokers
 
-        return await self._read(read)
+        return await self._conn.run(read)
 
     # --- placement ---
 

@@ -1,0 +1,224 @@
+"""Cluster mode (`mqgw serve --meta redis://…`): metadata in Redis, messages on a broker, and
+the tasks that keep several gateways in step.
+
+- **Backends.** ``open_cluster_backends`` opens the Redis metadata store and finds a broker
+  through it (brokers register themselves; see `mqgw broker --meta`), then connects a
+  RemoteStore, which reconnects by itself. One broker group serves every queue for now: a
+  queue's partitions all live on the first live group (placement over several groups, with
+  a store that routes per partition, is later work).
+- **Gateway lease.** The gateway holds a lease in Redis (renewed every second, lapsing after
+  5 s). A gateway whose lease lapsed is reaped by whichever gateway sees it first: its
+  exclusive queues are deleted, as RabbitMQ deletes them with their connection.
+- **Change feed.** Every metadata change made anywhere reaches every gateway's caches
+  (router, queue runtimes, users and permissions, policies, controls) within milliseconds;
+  after a gap the gateway reloads everything (``Node.reload_metadata``). Applying a change
+  twice is harmless, which is what a gateway's own changes coming back are.
+- **Delivery leases.** Each queue partition is delivered by one gateway at a time: the one
+  holding its lease, taken among gateways with consumers on the queue. A gateway that takes
+  a lease starts from the broker's committed offsets and flags what may have gone out before
+  as redelivered; one that loses its lease (or its consumers) stops delivering there. Leases
+  lapse 5 s after a gateway dies, so its unacked messages come back to the others.
+- **Publishes from other gateways.** A holder does not hear of them: it looks at its
+  queues' partitions every ``POLL_S`` (a read per queue that has consumers and nothing in
+  hand). A long-poll read on the broker would remove that delay (later work).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import anyio
+
+from meta.change_feed import Change, Reload
+from meta.errors import MetadataUnavailable
+from meta.redis_store import RedisMetadataStore
+from storage import BrokerUnavailable, connect_remote_store
+from storage.port import StorePort
+
+if TYPE_CHECKING:
+    from gateway.node import Node
+    from gateway.queue_runtime import QueueRuntime
+    from gateway.settings import GatewaySettings
+
+log = logging.getLogger("mqgw.cluster")
+
+GATEWAY_LEASE_MS = 5_000
+DELIVERY_LEASE_MS = 5_000
+RENEW_EVERY_S = 1.0
+POLL_S = 0.05
+RETRY_S = 0.5
+BROKER_WAIT_S = 30.0
+
+
+@asynccontextmanager
+async def open_cluster_backends(
+    settings: GatewaySettings, exchange_types: frozenset[str]
+) -> AsyncIterator[tuple[StorePort, RedisMetadataStore]]:
+    assert settings.meta is not None
+    meta = RedisMetadataStore(
+        settings.meta, exchange_types=exchange_types, default_user=not settings.users
+    )
+    try:
+        address = await _find_broker(meta, settings.meta)
+        async with connect_remote_store(address, unavailable_wait_s=10.0) as store:
+            log.info("cluster: metadata in %s, messages on broker %s", settings.meta, address)
+            yield store, meta
+    finally:
+        with anyio.CancelScope(shield=True):
+            await meta.close()
+
+
+async def _find_broker(meta: RedisMetadataStore, url: str) -> str:
+    """The address of the first live broker (by group, then id), waiting a bounded time for
+    one to register."""
+    with anyio.move_on_after(BROKER_WAIT_S):
+        while True:
+            try:
+                brokers = sorted(
+                    (b for b in await meta.list_brokers() if b.alive),
+                    key=lambda b: (b.group, b.broker_id),
+                )
+            except MetadataUnavailable as error:
+                log.warning("cluster: %s", error)
+                brokers = []
+            if brokers:
+                return brokers[0].address
+            await anyio.sleep(0.2)
+    raise SystemExit(f"mqgw: no live broker registered in {url} within {BROKER_WAIT_S:.0f} s")
+
+
+class ClusterLink:
+    """The cluster tasks of one gateway (see the module doc)."""
+
+    def __init__(self, node: Node, meta: RedisMetadataStore) -> None:
+        self.node = node
+        self.meta = meta
+        self.gateway_id = node.name
+        self.held: dict[tuple[int, int], int] = {}  # (queue id, partition) -> fencing token
+        self.reloads = 0
+
+    async def start(self) -> str:
+        """Before connections are accepted: lease taken; returns the feed position to follow
+        from (changes made while the node loaded come again: harmless)."""
+        await self.meta.register_gateway(self.gateway_id, GATEWAY_LEASE_MS)
+        return await self.meta.change_position()
+
+    async def run(self, position: str) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._keep_lease)
+            tg.start_soon(self._follow, position)
+            tg.start_soon(self._deliver_leases)
+
+    # -- gateway lease and reaping ----------------------------------------------------------
+
+    async def _keep_lease(self) -> None:
+        while True:
+            await anyio.sleep(RENEW_EVERY_S)
+            try:
+                if not await self.meta.renew_gateway(self.gateway_id, GATEWAY_LEASE_MS):
+                    # Lapsed (a long pause, or Redis lost it): take it again; our exclusive
+                    # queues may have been reaped meanwhile, which the feed tells us.
+                    log.warning("cluster: gateway lease %s had lapsed; taken again",
+                                self.gateway_id)  # fmt: skip
+                    await self.meta.register_gateway(self.gateway_id, GATEWAY_LEASE_MS)
+                for lapsed in await self.meta.lapsed_gateways():
+                    if lapsed == self.gateway_id:
+                        continue
+                    deletions = await self.meta.reap_gateway(lapsed)
+                    log.warning("cluster: gateway %s lapsed: %d exclusive queue(s) deleted",
+                                lapsed, len(deletions.queues))  # fmt: skip
+            except MetadataUnavailable as error:
+                log.warning("cluster: %s", error)
+
+    # -- change feed ------------------------------------------------------------------------
+
+    async def _follow(self, position: str) -> None:
+        while True:
+            try:
+                async for item in self.meta.follow(position):
+                    if isinstance(item, Reload):
+                        log.warning("cluster: metadata feed gap (%s): reloading", item.reason)
+                        position = item.position
+                        self.reloads += 1
+                        await self.node.reload_metadata()
+                        continue
+                    position = item.id
+                    await self._apply(item)
+            except MetadataUnavailable as error:
+                log.warning("cluster: change feed: %s", error)
+                await anyio.sleep(1.0)
+
+    async def _apply(self, change: Change) -> None:
+        try:
+            await self.node.apply_change(change)
+        except (MetadataUnavailable, BrokerUnavailable):
+            raise
+        except Exception:
+            log.exception("cluster: could not apply %s %s/%s; reloading",
+                          change.kind, change.vhost, change.name)  # fmt: skip
+            await self.node.reload_metadata()
+
+    # -- delivery leases --------------------------------------------------------------------
+
+    async def _deliver_leases(self) -> None:
+        """Hold the lease of every partition of every queue with consumers here (tried at
+        once for a new consumer, again every ``RETRY_S`` while another gateway holds it,
+        renewed every second); give up the others; poke held queues with nothing in hand so
+        they read what other gateways wrote."""
+        renew_at = 0.0
+        retry_at: dict[tuple[int, int], float] = {}
+        while True:
+            now = anyio.current_time()
+            try:
+                if now >= renew_at:
+                    renew_at = now + RENEW_EVERY_S
+                    await self._renew_held()
+                for queue in self.node.all_queues():
+                    if not queue.consumers:
+                        continue
+                    for partition in range(queue.partitions):
+                        key = (queue.queue_id, partition)
+                        if key not in self.held and now >= retry_at.get(key, 0.0):
+                            retry_at[key] = now + RETRY_S
+                            await self._try_hold(queue, partition)
+            except MetadataUnavailable as error:
+                # Nobody can take a lease while Redis is away: keep delivering what we hold.
+                log.warning("cluster: delivery leases not renewed: %s", error)
+            for queue in self.node.all_queues():
+                if queue.consumers and queue.exhausted and queue.holds_all_leases():
+                    queue.exhausted = False
+                    self.node.scheduler.wake(queue)
+            await anyio.sleep(POLL_S)
+
+    async def _try_hold(self, queue: QueueRuntime, partition: int) -> None:
+        key = (queue.queue_id, partition)
+        token = await self.meta.hold_lease(_lease_name(key), self.gateway_id, DELIVERY_LEASE_MS)
+        if token is None:
+            if self.held.pop(key, None) is not None:
+                log.warning("cluster: lost the delivery lease of queue %r partition %d",
+                            queue.name, partition)  # fmt: skip
+            queue.set_lease(partition, False)
+        elif self.held.get(key) != token:
+            self.held[key] = token
+            await queue.take_over(partition)
+            self.node.scheduler.wake(queue)
+            log.info("cluster: delivering queue %r partition %d (lease token %d)",
+                     queue.name, partition, token)  # fmt: skip
+
+    async def _renew_held(self) -> None:
+        for key in list(self.held):
+            queue = self.node.queue_by_id(key[0])
+            if queue is not None and queue.consumers:
+                await self._try_hold(queue, key[1])
+                continue
+            del self.held[key]  # no consumer here any more: let another gateway deliver
+            await self.meta.drop_lease(_lease_name(key), self.gateway_id)
+            if queue is not None:
+                queue.set_lease(key[1], False)
+
+
+def _lease_name(key: tuple[int, int]) -> str:
+    return f"q:{key[0]}:{key[1]}"

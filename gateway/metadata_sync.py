@@ -1,0 +1,93 @@
+"""Keep a gateway's caches in step with metadata changed elsewhere (cluster mode).
+
+The change feed (meta/change_feed.py) brings every change, this gateway's own included, so
+each one is applied idempotently: a queue already attached is not attached again, a binding
+already routed is not added twice, a deletion of something unknown does nothing. Deleting a
+queue's store data is the business of the gateway that deleted it; the others only drop
+their runtime. ``reload`` rebuilds everything from the store after a gap in the feed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from meta.change_feed import Change
+from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef
+
+if TYPE_CHECKING:
+    from gateway.node import Node
+    from gateway.vhost import VirtualHost
+
+log = logging.getLogger("mqgw.cluster")
+
+
+async def apply_change(node: Node, change: Change) -> None:
+    kind = change.kind
+    if kind.startswith(("user.", "permission.")):
+        await node.access.load()
+        return
+    if kind.startswith("control."):
+        await node.controls.reload()
+        return
+    if kind == "vhost.added":
+        if change.vhost not in node.vhosts:
+            await node.open_vhost(change.vhost)
+        return
+    if kind == "vhost.deleted":
+        await node.forget_vhost(change.vhost)
+        return
+    vhost = node.vhosts.get(change.vhost)
+    if vhost is None:
+        return  # a vhost we do not have (yet): its vhost.added reloads it whole
+    entity: Any = change.entity()
+    if kind.startswith("policy."):
+        await vhost.apply_policies()
+    elif kind == "exchange.declared":
+        assert isinstance(entity, ExchangeDef)
+        if vhost.router.get_exchange(entity.name) is None:
+            vhost.router.add_exchange(entity)
+    elif kind == "exchange.deleted":
+        assert isinstance(entity, ExchangeDef)
+        await vhost.forget(Deletions(exchanges=(entity,)))
+    elif kind == "queue.declared":
+        assert isinstance(entity, QueueDef)
+        await vhost.adopt_queue(entity)
+    elif kind == "queue.deleted":
+        assert isinstance(entity, QueueDef)
+        await vhost.forget(Deletions(queues=(entity,)))
+    elif kind == "binding.added":
+        assert isinstance(entity, BindingDef)
+        if vhost.router.get_exchange(entity.source) is not None:
+            vhost.router.add_binding(entity)
+    elif kind == "binding.removed":
+        assert isinstance(entity, BindingDef)
+        await vhost.forget(Deletions(bindings=(entity,)))
+
+
+async def reload(node: Node) -> None:
+    """After a gap in the feed: users, permissions, controls, and every vhost's topology
+    (queues gone elsewhere lose their runtime here; new ones get one)."""
+    await node.access.load()
+    await node.controls.reload()
+    names = {v.name for v in await node.meta.list_vhosts()}
+    for name in [n for n in node.vhosts if n not in names]:
+        await node.forget_vhost(name)
+    for name in names:
+        vhost = node.vhosts.get(name)
+        if vhost is None:
+            await node.open_vhost(name)
+        else:
+            await _reload_vhost(vhost)
+
+
+async def _reload_vhost(vhost: VirtualHost) -> None:
+    queues = {q.name: q for q in await vhost.meta.list_queues(vhost.name)}
+    gone = [r.definition for name, r in vhost.queues.items() if name not in queues]
+    if gone:
+        await vhost.forget(Deletions(queues=tuple(gone)))
+    await vhost.rebuild_router()
+    for definition in queues.values():
+        await vhost.adopt_queue(definition)
+    await vhost.apply_policies()
+    log.info("vhost %r reloaded from the metadata store", vhost.name)
