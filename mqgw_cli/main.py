@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gateway.config_sources import ConfigError
 from mqgw_cli.broker_command import add_broker_command
+from mqgw_cli.cluster_commands import add_cluster_commands
 from mqgw_cli.config_commands import (
     add_config_commands,
     add_global_flags,
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_storage_commands(commands)
     add_broker_command(commands)
+    add_cluster_commands(commands)
     add_queue_commands(commands)
     add_ctl_commands(commands)
     add_definitions_commands(commands)

@@ -1,0 +1,96 @@
+"""What `mqgw cluster status` reports: per process, whether it runs and whether it serves.
+
+- redis: its pid runs and it answers PING;
+- broker: its pid runs and its registration in Redis is there, with the address we gave it,
+  and its lease is alive (what gateways go by to find it);
+- gateway: its pid runs and /api/health answers "ok".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from bench.cluster import probes
+from bench.cluster.launch import is_alive
+from bench.cluster.layout import BrokerMember, Cluster, GatewayMember, Member, RedisMember
+from meta.cluster import BrokerInfo
+from meta.errors import MetadataUnavailable
+from meta.redis_store import RedisMetadataStore
+
+Registrations = dict[str, BrokerInfo] | str  # by "group/id", or why they could not be read
+
+_REDIS_TIMEOUT_S = 2.0
+
+
+@dataclass
+class Health:
+    member: Member
+    alive: bool
+    healthy: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        member = self.member
+        return {
+            "name": member.name,
+            "role": member.role,
+            "pid": member.pid if self.alive else None,
+            "alive": self.alive,
+            "healthy": self.healthy,
+            "health": self.detail,
+            "endpoint": member.endpoint,
+            "ports": member.ports,
+        }
+
+
+def check(cluster: Cluster) -> list[Health]:
+    """The health of every process, in start order."""
+    redis_up = is_alive(cluster.redis) and probes.redis_ping(cluster.redis.port)
+    registrations = _registrations(cluster.meta_url) if redis_up else "Redis is down"
+    return [_one(member, redis_up, registrations) for member in cluster.members()]
+
+
+def _one(member: Member, redis_up: bool, registrations: Registrations) -> Health:
+    if not is_alive(member):
+        return Health(member, alive=False, healthy=False, detail="not running")
+    if isinstance(member, RedisMember):
+        return Health(member, True, redis_up, "PONG" if redis_up else "no answer to PING")
+    if isinstance(member, BrokerMember):
+        return _broker(member, registrations)
+    if isinstance(member, GatewayMember):
+        body = probes.gateway_health(member.admin_url)
+        if body is None:
+            return Health(member, True, False, f"no answer from {member.admin_url}/api/health")
+        return Health(
+            member, True, True, f"/api/health answers, {body.get('connections', '?')} connections"
+        )
+    raise TypeError(f"unknown member kind {type(member).__name__}")
+
+
+def _broker(member: BrokerMember, registrations: Registrations) -> Health:
+    if isinstance(registrations, str):
+        return Health(member, True, False, f"registration unknown: {registrations}")
+    info = registrations.get(f"{member.group}/{member.broker_id}")
+    if info is None:
+        return Health(member, True, False, "not registered in Redis")
+    if info.address != member.address:
+        return Health(member, True, False, f"registered as {info.address}, not {member.address}")
+    if not info.alive:
+        return Health(member, True, False, "registered, but its lease lapsed")
+    return Health(member, True, True, "registered, lease alive")
+
+
+def _registrations(url: str) -> Registrations:
+    async def read() -> dict[str, BrokerInfo]:
+        store = RedisMetadataStore(url, default_user=False, unavailable_timeout_s=_REDIS_TIMEOUT_S)
+        try:
+            return {f"{b.group}/{b.broker_id}": b for b in await store.list_brokers()}
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(read())
+    except MetadataUnavailable as error:
+        return str(error)

@@ -1,0 +1,250 @@
+"""What a local cluster runs and where, and ``D/cluster.json`` that records it.
+
+Ports are chosen once (free loopback ports) and kept in cluster.json, so that restarting one
+process (`mqgw cluster start NAME`) finds it where clients and the other processes expect it,
+and `mqgw cluster up` after `down` reuses them when they are still free.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1  # cluster.json's format version: bump when a reader must change
+STATE_FILE = "cluster.json"
+HOST = "127.0.0.1"  # every process binds loopback only
+DEFAULT_TIMEOUT_S = 30.0  # to become ready; also the SIGTERM grace before SIGKILL
+
+
+class ClusterError(Exception):
+    """A cluster command cannot do what was asked; the message says why (shown as is)."""
+
+
+@dataclass(kw_only=True)
+class Member:
+    """One process of the cluster. ``pid`` is None and ``alive`` False once it is stopped."""
+
+    name: str
+    role: str
+    pid: int | None = None
+    alive: bool = False
+    data_dir: str
+    log: str
+
+    @property
+    def ports(self) -> list[int]:
+        raise NotImplementedError
+
+    @property
+    def endpoint(self) -> str:
+        """Where clients reach it, for tables."""
+        raise NotImplementedError
+
+
+@dataclass(kw_only=True)
+class RedisMember(Member):
+    role: str = "redis"
+    port: int
+    url: str
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    @property
+    def endpoint(self) -> str:
+        return self.url
+
+
+@dataclass(kw_only=True)
+class BrokerMember(Member):
+    role: str = "master"  # part 2 adds "slave" members of the same group
+    group: str
+    broker_id: str
+    port: int
+    address: str
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    @property
+    def endpoint(self) -> str:
+        return self.address
+
+
+@dataclass(kw_only=True)
+class GatewayMember(Member):
+    role: str = "gateway"
+    amqp_port: int
+    admin_port: int
+    amqp_url: str
+    admin_url: str
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.amqp_port, self.admin_port]
+
+    @property
+    def endpoint(self) -> str:
+        return f"amqp://{HOST}:{self.amqp_port} {self.admin_url}"
+
+
+@dataclass
+class Cluster:
+    dir: Path
+    redis: RedisMember
+    brokers: list[BrokerMember] = field(default_factory=list)
+    gateways: list[GatewayMember] = field(default_factory=list)
+
+    @property
+    def meta_url(self) -> str:
+        return self.redis.url
+
+    @property
+    def state_path(self) -> Path:
+        return self.dir / STATE_FILE
+
+    def members(self) -> list[Member]:
+        """In start order: Redis, brokers, gateways."""
+        return [self.redis, *self.brokers, *self.gateways]
+
+    def find(self, name: str) -> Member:
+        for member in self.members():
+            if member.name == name:
+                return member
+        names = ", ".join(m.name for m in self.members())
+        raise ClusterError(f"no process named {name!r} in {self.state_path} (there are: {names})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "dir": str(self.dir),
+            "updated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "meta_url": self.meta_url,
+            "redis": asdict(self.redis),
+            "brokers": [asdict(b) for b in self.brokers],
+            "gateways": [asdict(g) for g in self.gateways],
+        }
+
+    def save(self) -> None:
+        """Write cluster.json atomically: a reader never sees half a file."""
+        temporary = self.state_path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        temporary.replace(self.state_path)
+
+
+def load(directory: Path) -> Cluster:
+    """The cluster described by ``directory``/cluster.json; ClusterError if there is none."""
+    path = directory / STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ClusterError(
+            f"no cluster in {directory} ({STATE_FILE} is missing): "
+            f"`mqgw cluster up --dir {directory}` starts one"
+        ) from None
+    except (OSError, ValueError) as error:
+        raise ClusterError(f"cannot read {path}: {error}") from None
+    if data.get("format") != FORMAT:
+        raise ClusterError(f"{path} has format {data.get('format')!r}; this mqgw reads {FORMAT}")
+    try:
+        return Cluster(
+            dir=directory,
+            redis=RedisMember(**data["redis"]),
+            brokers=[BrokerMember(**b) for b in data["brokers"]],
+            gateways=[GatewayMember(**g) for g in data["gateways"]],
+        )
+    except (KeyError, TypeError) as error:
+        raise ClusterError(f"{path} is not a cluster description: {error}") from None
+
+
+def port_free(port: int) -> bool:
+    """Can a server bind ``port`` on loopback now? (SO_REUSEADDR, as servers bind: a port
+    in TIME_WAIT after a stop counts as free.)"""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+class _Ports:
+    """Hands out distinct loopback ports: a previous one when it is still free, else a new
+    one the kernel says is free now."""
+
+    def __init__(self) -> None:
+        self._taken: set[int] = set()
+
+    def take(self, previous: int | None = None) -> int:
+        if previous and previous not in self._taken and port_free(previous):
+            self._taken.add(previous)
+            return previous
+        while True:
+            with socket.socket() as sock:
+                sock.bind((HOST, 0))
+                port: int = sock.getsockname()[1]
+            if port not in self._taken:
+                self._taken.add(port)
+                return port
+
+
+def plan(directory: Path, gateways: int, groups: int, previous: Cluster | None) -> Cluster:
+    """The processes of a new cluster in ``directory``: names, ports, data dirs and logs.
+    Names that ``previous`` had keep their ports where they can (same data, same place)."""
+    ports = _Ports()
+    old: dict[str, Member] = {m.name: m for m in previous.members()} if previous else {}
+
+    def old_port(name: str, index: int = 0) -> int | None:
+        member = old.get(name)
+        return member.ports[index] if member is not None else None
+
+    def logfile(name: str) -> str:
+        return str(directory / "logs" / f"{name}.log")
+
+    redis_port = ports.take(old_port("redis"))
+    redis = RedisMember(
+        name="redis",
+        port=redis_port,
+        url=f"redis://{HOST}:{redis_port}/0",
+        data_dir=str(directory / "redis"),
+        log=logfile("redis"),
+    )
+    brokers = []
+    for number in range(1, groups + 1):
+        group, broker_id = f"g{number}", "0"
+        name = f"broker-{group}-{broker_id}"
+        port = ports.take(old_port(name))
+        brokers.append(
+            BrokerMember(
+                name=name,
+                group=group,
+                broker_id=broker_id,
+                port=port,
+                address=f"{HOST}:{port}",
+                data_dir=str(directory / "brokers" / f"{group}-{broker_id}"),
+                log=logfile(name),
+            )
+        )
+    members = []
+    for number in range(1, gateways + 1):
+        name = f"gw{number}"
+        amqp_port, admin_port = ports.take(old_port(name, 0)), ports.take(old_port(name, 1))
+        members.append(
+            GatewayMember(
+                name=name,
+                amqp_port=amqp_port,
+                admin_port=admin_port,
+                amqp_url=f"amqp://guest:guest@{HOST}:{amqp_port}/%2F",
+                admin_url=f"http://{HOST}:{admin_port}",
+                data_dir=str(directory / "gateways" / name),
+                log=logfile(name),
+            )
+        )
+    return Cluster(directory, redis, brokers, members)

@@ -1,0 +1,231 @@
+"""`mqgw cluster up|status|stop|start|down --dir D`: a whole cluster as local processes.
+
+    mqgw cluster up --dir D [--gateways N] [--groups G] [--replicas R]
+    mqgw cluster status --dir D [--json]
+    mqgw cluster stop --dir D NAME [--kill]
+    mqgw cluster start --dir D NAME
+    mqgw cluster down --dir D
+
+`up` starts redis-server (from the PATH), one `mqgw broker` per group and N `mqgw serve`
+gateways, on free loopback ports, waits until each is ready and describes them all in
+D/cluster.json; they keep running after it returns. docs/cluster.md has the details.
+Exit codes: 0 done (status: all healthy), 1 failed (status: something is unhealthy),
+2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from bench.cluster.layout import Cluster, Member
+
+_PART_2 = "replication comes with cluster part 2"
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    # Not a terminal (a script, a test, a file): rich would wrap tables at 80 columns.
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=160)
+
+
+def _progress(console: Console) -> Any:
+    def on_ready(member: Member, seconds: float) -> None:
+        console.print(
+            f"[green]✓[/] {member.name:<14} {member.role:<8} pid {member.pid:<8} "
+            f"{member.endpoint}  ready in {seconds:.1f} s",
+            markup=True,
+        )
+
+    return on_ready
+
+
+def _up(args: argparse.Namespace) -> int:
+    from bench.cluster import control
+    from bench.cluster.layout import ClusterError
+
+    if args.replicas > 1:
+        print(f"mqgw cluster up: --replicas {args.replicas}: {_PART_2}", file=sys.stderr)
+        return 2
+    if args.groups < 1 or args.gateways < 0:
+        print("mqgw cluster up: --groups must be ≥ 1 and --gateways ≥ 0", file=sys.stderr)
+        return 2
+    console = _console()
+    try:
+        cluster = control.up(args.dir, args.gateways, args.groups, args.timeout, _progress(console))
+    except ClusterError as error:
+        # control.up has stopped whatever it had started: say so, or people go looking.
+        print(f"mqgw cluster up: {error}", file=sys.stderr)
+        print("mqgw cluster up: the processes already started were stopped", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mqgw cluster up: interrupted; what had started is stopped", file=sys.stderr)
+        return 130
+    console.print(_members_table(cluster))
+    console.print(f"described in {cluster.state_path}; logs in {cluster.dir / 'logs'}")
+    return 0
+
+
+def _members_table(cluster: Cluster) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"mqgw cluster in {cluster.dir}")
+    for column in ("name", "role", "pid", "endpoint", "data"):
+        table.add_column(column)
+    for member in cluster.members():
+        table.add_row(
+            member.name, member.role, str(member.pid or "-"), member.endpoint, member.data_dir
+        )
+    return table
+
+
+def _status(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from bench.cluster import health
+    from bench.cluster.layout import ClusterError, load
+
+    try:
+        cluster = load(args.dir.resolve())
+    except ClusterError as error:
+        print(f"mqgw cluster status: {error}", file=sys.stderr)
+        return 1
+    checks = health.check(cluster)
+    healthy = all(c.healthy for c in checks)
+    if args.json:
+        body = {
+            "dir": str(cluster.dir),
+            "healthy": healthy,
+            "processes": [c.to_json() for c in checks],
+        }
+        print(json.dumps(body, indent=2))
+        return 0 if healthy else 1
+    table = Table(title=f"mqgw cluster in {cluster.dir}")
+    for column in ("name", "role", "pid", "alive", "endpoint", "health"):
+        table.add_column(column)
+    for c in checks:
+        mark = "[green]ok[/]" if c.healthy else "[red]FAIL[/]"
+        table.add_row(
+            c.member.name,
+            c.member.role,
+            str(c.member.pid) if c.alive else "-",
+            "yes" if c.alive else "[red]no[/]",
+            c.member.endpoint,
+            f"{mark} {c.detail}",
+        )
+    console = _console()
+    console.print(table)
+    console.print("healthy" if healthy else "[red]not healthy[/]")
+    return 0 if healthy else 1
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from bench.cluster import control
+    from bench.cluster.layout import ClusterError
+
+    try:
+        result = control.stop(args.dir, args.name, args.kill, args.timeout)
+    except ClusterError as error:
+        print(f"mqgw cluster stop: {error}", file=sys.stderr)
+        return 1
+    print(f"{args.name}: {result.outcome}")
+    return 0 if result.gone else 1
+
+
+def _start(args: argparse.Namespace) -> int:
+    from bench.cluster import control
+    from bench.cluster.layout import ClusterError
+
+    console = _console()
+    try:
+        member = control.start(args.dir, args.name, args.timeout, _progress(console))
+    except ClusterError as error:
+        print(f"mqgw cluster start: {error}", file=sys.stderr)
+        return 1
+    if member is None:
+        console.print(f"{args.name} is already running")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from bench.cluster import control
+    from bench.cluster.layout import STATE_FILE, ClusterError
+
+    if not (args.dir / STATE_FILE).exists():
+        print(f"no cluster in {args.dir} ({STATE_FILE} is missing): nothing to stop")
+        return 0  # teardown scripts call down unconditionally
+    try:
+        results = control.down(args.dir, args.timeout)
+    except ClusterError as error:
+        print(f"mqgw cluster down: {error}", file=sys.stderr)
+        return 1
+    table = Table(title=f"mqgw cluster down in {args.dir.resolve()}")
+    table.add_column("name")
+    table.add_column("role")
+    table.add_column("result")
+    for result in results:
+        table.add_row(result.member.name, result.member.role, result.outcome)
+    console = _console()
+    console.print(table)
+    return 0 if all(r.gone for r in results) else 1
+
+
+def add_cluster_commands(commands: Any) -> None:
+    from bench.cluster.layout import DEFAULT_TIMEOUT_S  # light: keeps `mqgw serve` fast
+
+    cluster = commands.add_parser(
+        "cluster",
+        help="a local cluster: redis, brokers and gateways as processes (D/cluster.json)",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    cmds = cluster.add_subparsers(dest="command", required=True)
+
+    def sub(name: str, text: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = cmds.add_parser(name, help=text, description=text)
+        parser.add_argument(
+            "--dir", type=Path, required=True, metavar="D", help="the cluster's directory"
+        )
+        return parser
+
+    def timeout(parser: argparse.ArgumentParser, text: str) -> None:
+        parser.add_argument(
+            "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help=text
+        )
+
+    up = sub("up", "start redis, the brokers and the gateways; wait until all are ready")
+    up.add_argument("--gateways", type=int, default=1, metavar="N", help="gateways (default 1)")
+    up.add_argument("--groups", type=int, default=1, metavar="G", help="broker groups (default 1)")
+    up.add_argument(
+        "--replicas", type=int, default=1, metavar="R", help=f"brokers per group: 1 ({_PART_2})"
+    )
+    timeout(up, "seconds each process has to become ready (default 30)")
+    up.set_defaults(func=_up)
+
+    status = sub("status", "each process: running? healthy? (exit 1 if any is not)")
+    status.add_argument("--json", action="store_true", help="JSON for machines")
+    status.set_defaults(func=_status)
+
+    stop = sub("stop", "stop one process (SIGTERM, then SIGKILL after --timeout)")
+    stop.add_argument("name", metavar="NAME", help="as in cluster.json: redis, broker-g1-0, gw1")
+    stop.add_argument("--kill", action="store_true", help="SIGKILL at once (a crash)")
+    timeout(stop, "seconds to wait after SIGTERM before SIGKILL (default 30)")
+    stop.set_defaults(func=_stop)
+
+    start = sub("start", "start one stopped process again: same data, same ports")
+    start.add_argument("name", metavar="NAME", help="as in cluster.json: redis, broker-g1-0, gw1")
+    timeout(start, "seconds it has to become ready (default 30)")
+    start.set_defaults(func=_start)
+
+    down = sub("down", "stop everything: gateways, then brokers, then redis")
+    timeout(down, "seconds each tier has after SIGTERM before SIGKILL (default 30)")
+    down.set_defaults(func=_down)
