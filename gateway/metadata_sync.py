@@ -26,6 +26,7 @@ async def apply_change(node: Node, change: Change) -> None:
     kind = change.kind
     if kind.startswith(("user.", "permission.")):
         await node.access.load()
+        await node.refresh_users()
         return
     if kind.startswith("control."):
         await node.controls.reload()
@@ -69,6 +70,7 @@ async def reload(node: Node) -> None:
     """After a gap in the feed: users, permissions, controls, and every vhost's topology
     (queues gone elsewhere lose their runtime here; new ones get one)."""
     await node.access.load()
+    await node.refresh_users()
     await node.controls.reload()
     names = {v.name for v in await node.meta.list_vhosts()}
     for name in [n for n in node.vhosts if n not in names]:

@@ -28,9 +28,10 @@ from gateway.session import Session
 from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
 from meta.change_feed import Change
+from meta.errors import MetadataUnavailable
 from meta.local_store import LocalMetadataStore
 from meta.models import Deletions, Permission, Policy, User, VHost
-from meta.password import hash_password
+from meta.password import check_password, hash_password
 from meta.store import MetadataStore
 from storage import StoredMessage, StorePort
 
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("mqgw.node")
 
 COMMIT_INTERVAL_S = 1.0
+META_RETRY_S = 2.0  # after the metadata store was found away, logins skip it this long
+LOGIN_META_WAIT_S = 1.0  # a login waits no longer for it (a client's handshake has limits)
 COMMIT_YIELD_EVERY = 256
 
 
@@ -83,6 +86,10 @@ class Node:
         self._dead_letters_waiting = anyio.Event()
         self.scheduler.on_unused = self._delete_unused
         self.cluster: ClusterLink | None = None  # set by the server in cluster mode
+        self.known_users: dict[str, User] = {}  # as last read: logins while Redis is away
+        self._meta_down_until = 0.0
+        # Connections closed while the metadata store was away: their exclusive queues.
+        self.owners_to_clean: set[str] = set()
 
     def admit(self, session: Session) -> bool:
         """max_connections_per_address: refuse a socket from an address already at the cap
@@ -128,6 +135,7 @@ class Node:
         for policy in self.settings.policies:
             await self.meta.put_policy(Policy.model_validate(policy.model_dump()))
         await self.access.load()
+        await self.refresh_users()
         await self.controls.load()
         known: set[int] = {TIMER_QUEUE_ID}
         for vhost_def in await self.meta.list_vhosts():
@@ -211,11 +219,52 @@ class Node:
         log.info("vhost %r deleted", name)
 
     async def authenticate(self, username: str, password: bytes) -> User | None:
+        """Checked by the metadata store; while it is unreachable (Redis down) against the
+        users this gateway saw last, so that clients can still connect to what exists.
+        After one call found it away, the next few seconds' logins do not wait for it."""
         try:
             text = password.decode()
         except UnicodeDecodeError:
             return None
-        return await self.meta.authenticate(username, text)
+        if time.monotonic() >= self._meta_down_until:
+            try:
+                with anyio.fail_after(LOGIN_META_WAIT_S):
+                    user = await self.meta.authenticate(username, text)
+            except (MetadataUnavailable, TimeoutError) as error:
+                self._meta_down_until = time.monotonic() + META_RETRY_S
+                log.warning("logins use the users known here: metadata store: %s", error or "slow")
+            else:
+                self._remember(username, user)
+                return user
+        known = self.known_users.get(username)
+        if known is None or not check_password(text, known.password_hash, known.hashing_algorithm):
+            return None
+        return known
+
+    def known_user(self, name: str) -> User | None:
+        """The user as this gateway last read it (refreshed at every login)."""
+        return self.known_users.get(name)
+
+    async def get_user(self, name: str) -> User | None:
+        if time.monotonic() >= self._meta_down_until:
+            try:
+                with anyio.fail_after(LOGIN_META_WAIT_S):
+                    user = await self.meta.get_user(name)
+            except (MetadataUnavailable, TimeoutError):
+                self._meta_down_until = time.monotonic() + META_RETRY_S
+            else:
+                self._remember(name, user)
+                return user
+        return self.known_users.get(name)
+
+    async def refresh_users(self) -> None:
+        self.known_users = {user.name: user for user in await self.meta.list_users()}
+
+    def _remember(self, name: str, user: User | None) -> None:
+        if user is None:
+            self.known_users.pop(name, None)
+        else:
+            self.known_users[name] = user
 
     def _queue_deleted(self, queue: QueueRuntime) -> None:
         """Consumers of a deleted queue are cancelled; clients that can hear it are told."""
@@ -332,6 +381,17 @@ class Node:
             await self.apply_queue_retention(time.time_ns() // 1_000_000)
             await self.commit_offsets()
             await self._retry_metadata_write()
+            await self._clean_owners()
+
+    async def _clean_owners(self) -> None:
+        for owner in list(self.owners_to_clean):
+            try:
+                deletions = await self.meta.delete_exclusive_queues(owner)
+            except MetadataUnavailable:
+                return  # still away: next round
+            self.owners_to_clean.discard(owner)
+            for vhost in self.vhosts.values():
+                await vhost.apply_deletions(deletions)
 
     async def _retry_metadata_write(self) -> None:
         """Write the metadata a full disk kept in memory (nothing to do when none waits).

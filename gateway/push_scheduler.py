@@ -23,6 +23,9 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from gateway.queue_runtime import FLOW_LOW, PumpResult, QueueRuntime, wall_ms
+from storage import StoreError
+
+RETRY_S = 0.5  # a queue whose store call failed is served again after this
 
 log = logging.getLogger("mqgw.push")
 
@@ -93,6 +96,12 @@ class PushScheduler:
         queue = self._ready.popleft()
         try:
             again = await self._serve(queue)
+        except StoreError as error:
+            # The store (a broker, in a cluster) is away: try this queue again shortly.
+            log.warning("push to queue %r: %s; retrying in %.1f s", queue.name, error, RETRY_S)
+            queue.scheduled = False
+            self._park(queue, self.clock() + RETRY_S)
+            return True
         except Exception:
             log.exception("push to queue %r failed", queue.name)
             again = False

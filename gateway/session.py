@@ -41,6 +41,8 @@ from gateway.handlers import handle_method
 from gateway.publishing import route_publish
 from gateway.queue_runtime import QueueRuntime
 from gateway.rate_limit import Limits
+from gateway.vhost import amqp_error
+from meta.errors import MetadataUnavailable, MetaError
 from storage import Record, StoredMessage, StoreError
 
 if TYPE_CHECKING:
@@ -179,6 +181,9 @@ class Session:
                 await handle_method(self, channel, event.method)
             except AMQPError as error:
                 await self.fail(channel, error)
+            except MetaError as error:  # a metadata call outside meta_call (Redis away, say)
+                index = event.method.index
+                await self.fail(channel, amqp_error(error, index >> 16, index & 0xFFFF))
             except Exception:
                 log.exception(
                     "connection %s: internal error handling %s",
@@ -223,7 +228,7 @@ class Session:
 
     async def _authenticate(self, event: AuthRequested) -> None:
         if event.mechanism == EXTERNAL:  # a verified client certificate (its CN): no password
-            user = await self.node.meta.get_user(event.username) if event.username else None
+            user = await self.node.get_user(event.username) if event.username else None
         else:
             user = await self.node.authenticate(event.username, event.password)
         reason = ""
@@ -265,7 +270,7 @@ class Session:
         self.grants = self.node.access.grants(self.user, vhost.name)
         # rabbit_channel:check_user_id_header/2 lets the 'impersonator' tag publish any
         # user-id; the tags are those of the login, as RabbitMQ keeps them on the connection.
-        user = await self.node.meta.get_user(self.user)
+        user = self.node.known_user(self.user)
         self.impersonator = user is not None and "impersonator" in user.tags
         self.vhost = vhost
         self.opened = True
@@ -488,8 +493,14 @@ class Session:
         for number in list(self.channels):
             await self.drop_channel(number)
         if self.vhost is not None:
-            deletions = await self.node.meta.delete_exclusive_queues(self.id)
-            await self.vhost.apply_deletions(deletions)
+            try:
+                deletions = await self.node.meta.delete_exclusive_queues(self.id)
+            except MetadataUnavailable as error:
+                log.warning("connection %s: its exclusive queues go once the metadata store is "
+                            "back: %s", self.id, error)  # fmt: skip
+                self.node.owners_to_clean.add(self.id)
+            else:
+                await self.vhost.apply_deletions(deletions)
         await self.node.controls.session_closed(self)
         if self.opened:
             self.node.open_connections -= 1

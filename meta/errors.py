@@ -78,9 +78,11 @@ def vhost_not_found(vhost: str) -> NotAllowed:
 class MetadataUnavailable(MetaError):
     """The metadata store (Redis) could not be reached within its bound.
 
-    541 INTERNAL_ERROR: the request was valid but cannot be served now; the caller may
-    retry later, and the store reconnects by itself on its next call.
+    405 RESOURCE_LOCKED: the request was valid but cannot be served now. A channel error on
+    purpose: only the channel that asked is closed, while the connection, its other channels
+    and traffic on existing topology go on (every AMQP code that says "try later" — 506, 541
+    — would close the whole connection). The store reconnects by itself on its next call.
     """
 
-    reply_code = 541
-    reply_name = "INTERNAL_ERROR"
+    reply_code = 405
+    reply_name = "RESOURCE_LOCKED"
