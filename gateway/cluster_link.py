@@ -18,6 +18,8 @@ the tasks that keep several gateways in step.
   a lease starts from the broker's committed offsets and flags what may have gone out before
   as redelivered; one that loses its lease (or its consumers) stops delivering there. Leases
   lapse 5 s after a gateway dies, so its unacked messages come back to the others.
+- **basic.get** takes the queue's leases on demand when nobody holds them (and keeps them a
+  few seconds); while another gateway delivers the queue, a get here answers get-empty.
 - **Publishes from other gateways.** A holder does not hear of them: it looks at its
   queues' partitions every ``POLL_S`` (a read per queue that has consumers and nothing in
   hand). A long-poll read on the broker would remove that delay (later work).
@@ -50,6 +52,7 @@ DELIVERY_LEASE_MS = 5_000
 RENEW_EVERY_S = 1.0
 POLL_S = 0.05
 RETRY_S = 0.5
+GET_HOLD_S = 5.0  # a queue read by basic.get keeps its leases this long after the last get
 BROKER_WAIT_S = 30.0
 
 
@@ -177,7 +180,7 @@ class ClusterLink:
                     renew_at = now + RENEW_EVERY_S
                     await self._renew_held()
                 for queue in self.node.all_queues():
-                    if not queue.consumers:
+                    if not self._wanted(queue, now):
                         continue
                     for partition in range(queue.partitions):
                         key = (queue.queue_id, partition)
@@ -192,6 +195,25 @@ class ClusterLink:
                     queue.exhausted = False
                     self.node.scheduler.wake(queue)
             await anyio.sleep(POLL_S)
+
+    async def hold_for_get(self, queue: QueueRuntime) -> bool:
+        """basic.get here: take the queue's leases now if nobody holds them, and keep them a
+        while (``GET_HOLD_S``) for the gets that usually follow. False while another gateway
+        delivers the queue (the get answers get-empty, as for a queue another consumer
+        drains)."""
+        queue.last_get = anyio.current_time()
+        if queue.holds_all_leases():
+            return True
+        for partition in range(queue.partitions):
+            if (queue.queue_id, partition) not in self.held:
+                try:
+                    await self._try_hold(queue, partition)
+                except MetadataUnavailable:
+                    return False
+        return queue.holds_all_leases()
+
+    def _wanted(self, queue: QueueRuntime, now: float) -> bool:
+        return bool(queue.consumers) or now - queue.last_get < GET_HOLD_S
 
     async def _try_hold(self, queue: QueueRuntime, partition: int) -> None:
         key = (queue.queue_id, partition)
@@ -209,9 +231,10 @@ class ClusterLink:
                      queue.name, partition, token)  # fmt: skip
 
     async def _renew_held(self) -> None:
+        now = anyio.current_time()
         for key in list(self.held):
             queue = self.node.queue_by_id(key[0])
-            if queue is not None and queue.consumers:
+            if queue is not None and self._wanted(queue, now):
                 await self._try_hold(queue, key[1])
                 continue
             del self.held[key]  # no consumer here any more: let another gateway deliver

@@ -68,7 +68,7 @@ def _queue_name(channel: ChannelState, name: str, class_id: int, method_id: int)
 
 def _exclusive_check(session: Session, queue: QueueRuntime, class_id: int, method_id: int) -> None:
     try:
-        checks.check_exclusive_access(queue.definition, session.id)
+        checks.check_exclusive_access(queue.definition, session.owner_id)
     except MetaError as error:
         raise amqp_error(error, class_id, method_id) from None
 
@@ -199,7 +199,7 @@ def _binding(
 async def exchange_bind(session: Session, channel: ChannelState, m: commands.Exchange.Bind) -> None:
     _authorize_binding(session, m.source, m.destination, "exchange", 30)
     binding = _binding(session, m, m.source, m.destination, "exchange")
-    await _vhost(session).bind(binding, session.id, 40, 30)
+    await _vhost(session).bind(binding, session.owner_id, 40, 30)
     _send(session, channel, commands.Exchange.BindOk(), m.nowait)
 
 
@@ -208,7 +208,7 @@ async def exchange_unbind(
 ) -> None:
     _authorize_binding(session, m.source, m.destination, "exchange", 40)
     binding = _binding(session, m, m.source, m.destination, "exchange")
-    await _vhost(session).unbind(binding, session.id, 40, 40)
+    await _vhost(session).unbind(binding, session.owner_id, 40, 40)
     _send(session, channel, commands.Exchange.UnbindOk(), m.nowait)
 
 
@@ -225,7 +225,7 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
         vhost=vhost.name,
         name=m.queue,
         durable=m.durable,
-        exclusive_owner=session.id if m.exclusive else None,
+        exclusive_owner=session.owner_id if m.exclusive else None,
         auto_delete=m.auto_delete,
         arguments=dict(m.arguments or {}),
         argument_types=_argument_types(m),
@@ -233,13 +233,13 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
     )
     if not m.passive:  # a passive declare checks no permission
         await _authorize_queue_declare(session, vhost, definition, m)
-    queue = await vhost.declare_queue(definition, m.passive, session.id)
+    queue = await vhost.declare_queue(definition, m.passive, session.owner_id)
     if not m.passive and not m.queue:
         # The store drew its own server-generated name: the checks must hold for it too.
         try:
             _check_queue_declare(session, queue.name, False, m)
         except AccessRefused:
-            await vhost.delete_queue(queue.name, session.id)
+            await vhost.delete_queue(queue.name, session.owner_id)
             raise
     queue.last_used = time.monotonic()  # a declare, passive too, renews x-expires
     channel.last_queue = queue.name
@@ -251,7 +251,9 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
 async def queue_bind(session: Session, channel: ChannelState, m: commands.Queue.Bind) -> None:
     queue = _queue_name(channel, m.queue, 50, 20)
     _authorize_binding(session, m.exchange, queue, "queue", 20)
-    await _vhost(session).bind(_binding(session, m, m.exchange, queue, "queue"), session.id, 50, 20)
+    await _vhost(session).bind(
+        _binding(session, m, m.exchange, queue, "queue"), session.owner_id, 50, 20
+    )
     _send(session, channel, commands.Queue.BindOk(), m.nowait)
 
 
@@ -259,7 +261,7 @@ async def queue_unbind(session: Session, channel: ChannelState, m: commands.Queu
     queue = _queue_name(channel, m.queue, 50, 50)
     _authorize_binding(session, m.exchange, queue, "queue", 50)
     binding = _binding(session, m, m.exchange, queue, "queue")
-    await _vhost(session).unbind(binding, session.id, 50, 50)
+    await _vhost(session).unbind(binding, session.owner_id, 50, 50)
     _send(session, channel, commands.Queue.UnbindOk())
 
 
@@ -287,7 +289,7 @@ async def queue_delete(session: Session, channel: ChannelState, m: commands.Queu
         count = await session.node.broadcasts.message_count(queue)
         if m.if_empty and count:
             raise PreconditionFailed(f"{where} not empty", 50, 40)
-        await vhost.delete_queue(name, session.id)
+        await vhost.delete_queue(name, session.owner_id)
     _send(session, channel, commands.Queue.DeleteOk(count), m.nowait)
 
 
@@ -395,6 +397,10 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
     queue.last_used = time.monotonic()
     if not may_get(session, queue):  # stopped or throttled by an operator: nothing to get
         _send(session, channel, commands.Basic.GetEmpty())
+        return
+    cluster = session.node.cluster
+    if cluster is not None and not await cluster.hold_for_get(queue):
+        _send(session, channel, commands.Basic.GetEmpty())  # another gateway delivers it
         return
     taken = queue.take()
     while taken is None and not queue.exhausted:

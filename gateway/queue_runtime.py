@@ -102,6 +102,7 @@ class QueueRuntime:
         # Cluster mode: per partition, whether this gateway holds its delivery lease (None:
         # embedded, always delivers). See gateway/cluster_link.py.
         self.leases: list[bool] | None = None
+        self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
         self.requeued: list[tuple[int, int, StoredMessage]] = []  # (commit offset, partition, m)
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]

@@ -66,9 +66,11 @@ class Session:
         self.peer = peer
         self.local = local
         self.name = f"{peer} -> {local}"  # the management API's connection name
+        number = node.next_connection_number()
+        self.id = f"{self.name}#{number}"  # in log lines
         # "<gateway>/<n>": exclusive queues name their owner so, and a cluster reaps the
         # queues of a gateway that died by that prefix (meta/redis_cluster.py).
-        self.id = f"{node.name}/{node.next_connection_number()}"
+        self.owner_id = f"{node.name}/{number}"
         self.vhost: VirtualHost | None = None
         self.user = ""
         self.opened = False
@@ -494,11 +496,11 @@ class Session:
             await self.drop_channel(number)
         if self.vhost is not None:
             try:
-                deletions = await self.node.meta.delete_exclusive_queues(self.id)
+                deletions = await self.node.meta.delete_exclusive_queues(self.owner_id)
             except MetadataUnavailable as error:
                 log.warning("connection %s: its exclusive queues go once the metadata store is "
                             "back: %s", self.id, error)  # fmt: skip
-                self.node.owners_to_clean.add(self.id)
+                self.node.owners_to_clean.add(self.owner_id)
             else:
                 await self.vhost.apply_deletions(deletions)
         await self.node.controls.session_closed(self)

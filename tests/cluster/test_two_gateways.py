@@ -207,3 +207,25 @@ def queue_names(gateway: GatewayServer) -> set[str]:
     status, body = gateway.admin("GET", "/api/queues")
     assert status == 200
     return {q["name"] for q in body}
+
+
+def test_basic_get_on_a_gateway_that_did_not_declare_or_publish(cluster: Cluster) -> None:
+    a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
+    conn_a, ch_a = channel(a)
+    ch_a.queue_declare("polled", durable=True)
+    ch_a.confirm_delivery()
+    for i in range(5):
+        ch_a.basic_publish("", "polled", b"%d" % i)
+    check_for(2, lambda: exists(b, "polled"))
+    conn_b, ch_b = channel(b)
+    got = []
+    for _ in range(5):
+        method, _props, body = ch_b.basic_get("polled")
+        assert method is not None
+        got.append(body)
+        ch_b.basic_ack(method.delivery_tag)
+    assert got == [b"0", b"1", b"2", b"3", b"4"]
+    assert ch_b.basic_get("polled") == (None, None, None)
+    check_for(3, lambda: ch_a.queue_declare("polled", passive=True).method.message_count == 0)
+    conn_a.close()
+    conn_b.close()
