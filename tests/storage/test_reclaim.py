@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from storage import QUEUE_GROUP, LogStore, StoreConfig, open_embedded_store
 from tests.storage.conftest import FakeClock
 from tests.storage.helpers import rec
+from tests.storage.reading_model import ReadingModel
 
 FILL = b"." * 200  # ~ 17 records a 4 KiB segment
 
@@ -136,30 +137,13 @@ def test_reclaim_never_deletes_what_a_group_can_still_read(
     root = Path(tempfile.mkdtemp())
     config = _config(root)
     store = LogStore.open(config)
-    queues = {0: 10, 1: 11, 2: 12}
-    # (queue, group) pairs that commit: queue 12 is read by its own group and a broadcast one.
-    readers = [(10, QUEUE_GROUP), (11, QUEUE_GROUP), (12, QUEUE_GROUP), (12, "broadcast:x")]
-    for queue_id in queues.values():
-        store.create_queue(queue_id, 1)
-    # A broadcast position is registered when it is made (the store only knows groups that
-    # have committed; the gateway commits a new position at once).
-    store.commit_offset("broadcast:x", 12, 0, 0)
-    expected: dict[int, list[bytes]] = {q: [] for q in queues.values()}
-    n = 0
+    model = ReadingModel(store)
     for action, a, b in steps:
         if action == "append":
             assert isinstance(b, frozenset | set)
-            for _ in range(a):
-                body = b"%06d" % n + FILL
-                n += 1
-                store.append([rec(body, *[(queues[q], 0) for q in sorted(b)])])
-                for q in b:
-                    expected[queues[q]].append(body[:6])
+            model.append(store, a, b)
         elif action == "commit":
-            queue_id, group = readers[a]
-            _, high = store.partition_range(queue_id, 0)
-            current = store.offsets.offsets.get((group, queue_id, 0), 0)
-            store.commit_offset(group, queue_id, 0, min(high, current + int(b)))  # type: ignore[call-overload]
+            model.commit(store, a, int(b))  # type: ignore[call-overload]
         elif action == "reclaim":
             _durable(store)
             store.apply_retention()
@@ -168,12 +152,7 @@ def test_reclaim_never_deletes_what_a_group_can_still_read(
             store.apply_retention()
             store.close()
             store = LogStore.open(config)
-        # Invariant: from every group's committed offset on, every message is readable.
-        for q, group in readers:
-            committed = store.offsets.offsets.get((group, q, 0), 0)
-            got = store.read(q, 0, committed, max_count=10_000).messages
-            assert [bytes(m.body[:6]) for m in got] == expected[q][committed:]
-            assert store.queue_stats(q).dropped_by_retention == 0
+        model.check(store)
     store.close()
     shutil.rmtree(root)
 
