@@ -218,10 +218,12 @@ class BrokerServer:
         broker_id: str = "a",
         meta: str | None = None,
         env: dict[str, str] | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.log_path = log_path
+        self.args = list(args)
         self.group = group
         self.broker_id = broker_id
         self.meta = meta
@@ -248,6 +250,7 @@ class BrokerServer:
         ]  # fmt: skip
         if self.meta:
             cmd += ["--meta", self.meta]
+        cmd += self.args
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log_file:
             self.proc = subprocess.Popen(

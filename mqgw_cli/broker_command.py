@@ -67,7 +67,9 @@ def _broker(args: argparse.Namespace) -> int:
     events: list[Any] = []  # the "listening" event, made inside the event loop
 
     def ready(host: str, port: int) -> None:
-        listening.append(f"{host}:{port}")
+        # What gateways are told: the listen address unless it is a wildcard or a name only
+        # this host knows (containers: --host 0.0.0.0 --advertise broker-0.svc:7000).
+        listening.append(args.advertise or f"{host}:{port}")
         for event in events:
             event.set()
         log.info(
@@ -144,6 +146,12 @@ def add_broker_command(commands: Any) -> None:
     )
     broker.add_argument("--port", type=int, required=True, help="TCP port (0: any free one)")
     broker.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    broker.add_argument(
+        "--advertise",
+        default=None,
+        metavar="HOST:PORT",
+        help="address registered for gateways (default: the listen address)",
+    )
     broker.add_argument("--group", default="g0", help="broker group name (default g0)")
     broker.add_argument("--id", default="0", help="id within the group (default 0)")
     broker.add_argument("--meta", default=None, metavar="URL", help="redis://H:P/N: register here")

@@ -42,3 +42,20 @@ async def test_a_broker_registers_and_its_lease_lapses_when_it_dies(tmp_path: Pa
         finally:
             broker.kill()
             await meta.close()
+
+
+async def test_an_advertised_address_is_what_gateways_are_told(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "redis").start() as redis:
+        broker = BrokerServer(
+            tmp_path / "b", free_port(), tmp_path / "b.log", "g1", "0", meta=redis.url,
+            args=["--advertise", "broker-g1-0.mqgw.svc:7000"],
+        ).start()  # fmt: skip
+        meta = RedisMetadataStore(redis.url, default_user=False)
+        try:
+            with anyio.fail_after(10):
+                while not (brokers := await meta.list_brokers()):
+                    await anyio.sleep(0.05)
+            assert [b.address for b in brokers] == ["broker-g1-0.mqgw.svc:7000"]
+        finally:
+            broker.kill()
+            await meta.close()
