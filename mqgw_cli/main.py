@@ -18,9 +18,11 @@ from mqgw_cli.config_commands import (
     configure_command_logging,
     resolve_args,
 )
+from mqgw_cli.controller_command import add_controller_command
 from mqgw_cli.ctl_commands import add_ctl_commands
 from mqgw_cli.definitions_commands import add_definitions_commands
 from mqgw_cli.queue_commands import add_queue_commands
+from mqgw_cli.sim_commands import add_sim_commands
 from mqgw_cli.storage_commands import add_storage_commands
 
 log = logging.getLogger("mqgw.server")
@@ -108,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_storage_commands(commands)
     add_broker_command(commands)
+    add_controller_command(commands)
+    add_sim_commands(commands)
     add_cluster_commands(commands)
     add_queue_commands(commands)
     add_ctl_commands(commands)
