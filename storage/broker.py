@@ -49,6 +49,7 @@ from storage.wire import (
     Query,
     Read,
     Response,
+    RestartMarks,
     UncleanMarks,
     WaitDurable,
     decode_request,
@@ -82,6 +83,7 @@ _CALLS: dict[type[Any], Callable[[StorePort, Any], Awaitable[Response]]] = {
     CommittedOffset: lambda store, r: store.committed_offset(*r),
     OffsetForTime: lambda store, r: store.offset_for_time(*r),
     UncleanMarks: lambda store, r: store.unclean_marks(*r),
+    RestartMarks: lambda store, r: store.restart_marks(*r),
 }
 _QUERIES: dict[Op, Callable[[StorePort], Awaitable[Response]]] = {
     Op.BACKLOG_BYTES: lambda store: store.backlog_bytes(),

@@ -245,8 +245,14 @@ def apply_repoints(store: LogStore, moves: list[Move], only_unchanged: bool = Tr
 
 
 def sync_files(fs: FileSystem, paths: list[Path]) -> None:
+    """Runs in a worker thread while the loop goes on: a queue deleted meanwhile took its
+    files along, and there is nothing left of them to sync (failing here would keep the
+    collection's hold on the head segment until a restart)."""
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
         try:
             fs.fsync(fd)
         finally:

@@ -6,6 +6,21 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from storage.record import BLANK_SIZE
+
+# A record is its message body plus a header, destinations, exchange, routing key and
+# properties: the store's largest record is the largest message plus this much.
+RECORD_HEADROOM_BYTES = 64 << 10
+
+
+def max_record_bytes_for(max_message_size_bytes: int) -> int:
+    return max_message_size_bytes + RECORD_HEADROOM_BYTES
+
+
+def largest_record_in(segment_size_bytes: int) -> int:
+    """What one commitlog segment holds at most: it keeps room for two blank fillers."""
+    return segment_size_bytes - 2 * BLANK_SIZE
+
 
 class FlushPolicy(StrEnum):
     SYNC = "sync"  # group commit: an append completes after the fsync that covers it
@@ -17,7 +32,9 @@ class StoreConfig:
     data_dir: Path
     segment_size_bytes: int = 1 << 30
     cq_entries_per_segment: int = 300_000
-    max_record_bytes: int = (16 << 20) + (64 << 10)  # 16 MiB body plus headers
+    # Fits the small segments tests and tools use; the gateway derives its own from
+    # max_message_size_bytes (gateway/settings.py).
+    max_record_bytes: int = max_record_bytes_for(16 << 20)
     flush: FlushPolicy = FlushPolicy.SYNC
     async_flush_interval_ms: int = 500
     offset_persist_interval_ms: int = 5_000

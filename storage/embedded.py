@@ -82,6 +82,7 @@ class EmbeddedStore:
         self.config = store.config
         self.committer = GroupCommitter(store)
         self._sync = store.config.flush is FlushPolicy.SYNC
+        self._checkpointing = anyio.Lock()
 
     async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
         """Append a batch; by default completes when it is durable under the flush policy.
@@ -145,6 +146,11 @@ class EmbeddedStore:
         may have been delivered before the crash: RabbitMQ flags them redelivered). Empty
         after a clean shutdown."""
         return {p: n for (q, p), n in self.log.unclean_marks.items() if q == queue_id}
+
+    async def restart_marks(self, queue_id: int) -> dict[int, int]:
+        """Per partition, the index length found when the store opened: messages below were
+        stored by an earlier run (transient ones there are dropped, as RabbitMQ drops them)."""
+        return {p: n for (q, p), n in self.log.restart_marks.items() if q == queue_id}
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
         return self.log.offset_for_time(queue_id, partition, ts_ms)
@@ -227,13 +233,19 @@ class EmbeddedStore:
     # -- housekeeping ------------------------------------------------------------------------
 
     async def checkpoint(self) -> None:
-        if not self._sync:
-            await self.committer.flush_now()
-        # Index entries recovery could not write on a full disk: here, on the loop (appends
-        # write the indexes too). Until they are in, no checkpoint is written.
-        finish_recovery(self.log)
-        ticket = self.log.begin_checkpoint()
-        await anyio.to_thread.run_sync(self.log.checkpoint, ticket)
+        # One at a time (housekeeping and retention both ask for one): two worker threads
+        # would write checkpoint.json through the same temporary file, and an older offset
+        # could land after a newer one.
+        async with self._checkpointing:
+            if not self._sync:
+                await self.committer.flush_now()
+            # Index entries recovery could not write on a full disk: here, on the loop
+            # (appends write the indexes too). Until they are in, no checkpoint is written.
+            finish_recovery(self.log)
+            # Everything the worker thread needs is taken here, on the loop (the registry
+            # included): the loop goes on changing the store while the thread writes.
+            ticket = self.log.begin_checkpoint()
+            await anyio.to_thread.run_sync(self.log.checkpoint, ticket)
 
     async def persist_offsets(self) -> None:
         if self.log.offsets.changed:

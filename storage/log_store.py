@@ -58,12 +58,14 @@ from storage.results import (
     RetentionReport,
 )
 from storage.segment_files import segment_name
+from storage.shared_reads import SHARE_FROM_BYTES, SharedReads, SharedRecord
 from storage.state_files import (
     Checkpoint,
     ConsumerOffsets,
     DeferredWrites,
     QueueInfo,
     QueueRegistry,
+    RegistrySnapshot,
     write_new_layout,
 )
 
@@ -97,12 +99,18 @@ class FlushTicket:
     """
 
     def __init__(
-        self, fds: list[int], offset: int, paths: list[Path] | None = None, root: Path | None = None
+        self,
+        fds: list[int],
+        offset: int,
+        paths: list[Path] | None = None,
+        root: Path | None = None,
+        registry: RegistrySnapshot | None = None,
     ) -> None:
         self.fds = fds
         self.paths = paths or []
         self.root = root  # the store directory: syncfs target when many files are dirty
         self.offset = offset
+        self.registry = registry  # a checkpoint's queue registry to write, if it changed
 
     def sync(self, fs: FileSystem) -> int:
         """Run in any thread; closes the descriptors whatever happens."""
@@ -157,8 +165,12 @@ class LogStore:
         # length found at open: anything below may have been delivered before the crash.
         self.clean_start = False
         self.unclean_marks: dict[tuple[int, int], int] = {}
+        # Per (queue, partition): the index length found at open. What lies below was stored
+        # by an earlier run: a transient message there is gone, as in RabbitMQ after a restart.
+        self.restart_marks: dict[tuple[int, int], int] = {}
         self.collected = CollectorStats()
         self.gc_seen_starts: dict[tuple[int, int], int] = {}  # read starts at the last look
+        self.shared_reads = SharedReads()  # large records held by readers (fan-out)
         self._lock_fd = -1
         self._closed = False
 
@@ -197,6 +209,7 @@ class LogStore:
         return store
 
     def _note_shutdown_kind(self) -> None:
+        self.restart_marks = {key: cq.max_offset for key, cq in self.cqs.items() if cq.max_offset}
         marker = self.config.data_dir / _CLEAN_MARKER
         self.clean_start = marker.exists()
         if self.clean_start:
@@ -389,9 +402,12 @@ class LogStore:
         return self.durable_offset
 
     def begin_checkpoint(self) -> FlushTicket:
-        """Consume-queue files to fsync before a checkpoint at the returned offset."""
+        """Consume-queue files to fsync before a checkpoint at the returned offset, and the
+        queue registry if it changed: everything checkpoint() needs, taken here in the
+        owner's thread, as checkpoint() may run in another one."""
         paths = [s.path for cq in self.cqs.values() for s in cq.take_dirty()]
-        return FlushTicket([], self.commit_log.write_offset, paths, self.config.data_dir)
+        registry = self.registry.snapshot() if self.registry.dirty else None
+        return FlushTicket([], self.commit_log.write_offset, paths, self.config.data_dir, registry)
 
     def checkpoint(self, ticket: FlushTicket | None = None) -> bool:
         """Record where recovery may start; the commitlog must be durable up to there.
@@ -403,8 +419,8 @@ class LogStore:
         if ticket is None:
             finish_recovery(self, wait=False)
             ticket = self.begin_checkpoint()
-        if self.registry.dirty:
-            self.registry.save()
+        if ticket.registry is not None:
+            self.registry.write(ticket.registry)
         dispatched = ticket.sync(self.fs)
         if self.pending_index is not None:
             return False  # indexes incomplete: the checkpoint must not move
@@ -469,20 +485,29 @@ class LogStore:
         verify = self.config.verify_crc_on_read
         segment_size = self.config.segment_size_bytes
         min_commit = self.commit_log.min_offset
+        shared = self.shared_reads
         i, n = 0, len(entries)
         while i < n:
             base, size, _ = entries[i]
             end = base + (size & ENTRY_SIZE_MASK)
+            # A large record is read on its own, and only once for all the queues holding it.
+            large = end - base >= SHARE_FROM_BYTES
             j = i + 1
-            while j < n:
+            while j < n and not large:
                 commit, size, _ = entries[j]
                 if commit < end or commit - end > _READ_GAP_BYTES:
                     break
                 if commit // segment_size != base // segment_size:
                     break
+                if size & ENTRY_SIZE_MASK >= SHARE_FROM_BYTES:
+                    break
                 end = commit + (size & ENTRY_SIZE_MASK)
                 j += 1
             if base < min_commit:
+                i = j
+                continue
+            if large and (hit := shared.get(base)) is not None:
+                append(make(StoredMessage, (first_offset + i, base, *hit)))
                 i = j
                 continue
             buf = memoryview(self.commit_log.read(base, end - base))
@@ -536,6 +561,8 @@ class LogStore:
                         ),
                     )
                 )
+            if large and messages and messages[-1].commit_offset == base:
+                shared.put(base, SharedRecord(*messages[-1][2:]))
             i = j
         return messages
 

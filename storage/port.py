@@ -80,6 +80,11 @@ class StorePort(Protocol):
         """Store time of the oldest commitlog segment's last record, when it is sealed."""
         ...
 
+    async def restart_marks(self, queue_id: int) -> dict[int, int]:
+        """Per partition: the index length found when the store opened (what lies below was
+        stored by an earlier run)."""
+        ...
+
     async def unclean_marks(self, queue_id: int) -> dict[int, int]:
         """After a crash, per partition: the index length found at open (messages below may
         have been delivered before it). Empty after a clean shutdown."""

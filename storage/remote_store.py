@@ -47,6 +47,7 @@ from storage.wire import (
     Read,
     Request,
     Response,
+    RestartMarks,
     UncleanMarks,
     WaitDurable,
     decode_response,
@@ -378,6 +379,9 @@ class RemoteStore:
 
     async def unclean_marks(self, queue_id: int) -> dict[int, int]:
         return cast(dict[int, int], await self._call(UncleanMarks(queue_id)))
+
+    async def restart_marks(self, queue_id: int) -> dict[int, int]:
+        return cast(dict[int, int], await self._call(RestartMarks(queue_id)))
 
 
 @asynccontextmanager

@@ -10,10 +10,11 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from storage.errors import DiskFull
 from storage.file_system import FileSystem
@@ -88,32 +89,70 @@ class QueueInfo:
         self.dropped = self.dropped or [0] * self.partitions
 
 
+class RegistrySnapshot(NamedTuple):
+    """The registry as JSON at one moment, numbered so that an older one never overwrites
+    a newer one on disk."""
+
+    version: int
+    document: bytes
+
+
 class QueueRegistry:
+    """Queue id -> QueueInfo, changed by the store's owner (the event loop) only.
+
+    A worker thread (the checkpoint) writes a snapshot the owner took: iterating the live
+    dict there raced with declares ("dictionary changed size during iteration"). Writes
+    from both sides go through one lock, newest version wins."""
+
     def __init__(self, fs: FileSystem, path: Path, deferred: DeferredWrites | None = None) -> None:
         self.fs = fs
         self.path = path
         self.deferred = deferred or DeferredWrites()
         self.queues: dict[int, QueueInfo] = {}
         self.dirty = False  # changed in memory, not yet on disk
+        self._version = 0  # of the last snapshot taken
+        self._written = 0  # version of what the file holds
+        self._write_lock = threading.Lock()
 
     def load(self) -> None:
         data = _read_json(self.path) or {}
         self.queues = {int(k): QueueInfo(**v) for k, v in data.get("queues", {}).items()}
 
-    def save(self) -> bool:
-        """Write the registry. On a full disk: False, and it stays dirty (written again by the
-        next append or checkpoint); the file on disk keeps its older contents."""
+    def snapshot(self) -> RegistrySnapshot:
+        """The registry to write (in the owner's thread); it counts as written from now on,
+        until a write of it fails."""
         self.dirty = False
-        document = {"queues": {str(k): asdict(v) for k, v in self.queues.items()}}
-        if self.deferred.attempt(
-            "queue registry", lambda: _write_json(self.fs, self.path, document)
-        ):
+        self._version += 1
+        queues = {str(k): asdict(v) for k, v in self.queues.items()}
+        document = json.dumps({"queues": queues}, separators=(",", ":"), sort_keys=True)
+        return RegistrySnapshot(self._version, document.encode())
+
+    def write(self, snapshot: RegistrySnapshot) -> bool:
+        """Write ``snapshot`` (any thread) unless a newer one is on disk already. On a full
+        disk: False, and the registry is dirty again (written by the next append or
+        checkpoint); the file on disk keeps its older contents."""
+        with self._write_lock:
+            if snapshot.version <= self._written:
+                return True
+            if not self.deferred.attempt(
+                "queue registry", lambda: self.fs.write_atomic(self.path, snapshot.document)
+            ):
+                self.dirty = True
+                return False
+            self._written = snapshot.version
             return True
-        self.dirty = True
-        return False
+
+    def save(self) -> bool:
+        """Snapshot and write, in the owner's thread."""
+        return self.write(self.snapshot())
 
 
 OffsetKey = tuple[str, int, int]  # (group, queue id, partition)
+
+
+class OffsetsSnapshot(NamedTuple):
+    offsets: dict[OffsetKey, int]  # what the document holds (reclaim's view once written)
+    document: bytes
 
 
 class ConsumerOffsets:
@@ -126,7 +165,6 @@ class ConsumerOffsets:
         self.offsets: dict[OffsetKey, int] = {}
         # What offsets.json holds: reclaim keeps what a restart would read again from it.
         self.persisted: dict[OffsetKey, int] = {}
-        self._snapshotted: dict[OffsetKey, int] = {}
         self.changed = False
 
     def load(self) -> None:
@@ -138,23 +176,25 @@ class ConsumerOffsets:
                 self.offsets[(group, int(queue_id), int(partition))] = int(offset)
         self.persisted = dict(self.offsets)
 
-    def snapshot(self) -> bytes:
-        self._snapshotted = dict(self.offsets)
+    def snapshot(self) -> OffsetsSnapshot:
+        """The offsets to write, taken in the owner's thread (a writer thread must not
+        iterate the live dict)."""
+        taken = dict(self.offsets)
         groups: dict[str, dict[str, int]] = {}
-        for (group, queue_id, partition), offset in self.offsets.items():
+        for (group, queue_id, partition), offset in taken.items():
             groups.setdefault(group, {})[f"{queue_id}/{partition}"] = offset
-        return json.dumps({"groups": groups}, separators=(",", ":"), sort_keys=True).encode()
+        document = json.dumps({"groups": groups}, separators=(",", ":"), sort_keys=True)
+        return OffsetsSnapshot(taken, document.encode())
 
-    def write(self, snapshot: bytes) -> bool:
+    def write(self, snapshot: OffsetsSnapshot) -> bool:
         """Write a snapshot (any thread). On a full disk: False, and the offsets are marked
         changed so that the next persist writes them; reclaim keeps using the older file's."""
-        taken = self._snapshotted
         if not self.deferred.attempt(
-            "consumer offsets", lambda: self.fs.write_atomic(self.path, snapshot)
+            "consumer offsets", lambda: self.fs.write_atomic(self.path, snapshot.document)
         ):
             self.changed = True
             return False
-        self.persisted = taken
+        self.persisted = snapshot.offsets
         return True
 
     def reclaim_view(self) -> dict[OffsetKey, int]:

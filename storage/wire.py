@@ -89,6 +89,7 @@ class Op(IntEnum):
     HELD_BACK_BYTES = 15
     OLDEST_SEGMENT_TS = 16
     UNCLEAN_MARKS = 17
+    RESTART_MARKS = 18
     ERROR = ERROR_OP  # response only
 
 
@@ -168,6 +169,10 @@ class UncleanMarks(NamedTuple):
     queue_id: int
 
 
+class RestartMarks(NamedTuple):
+    queue_id: int
+
+
 class Query(NamedTuple):
     """A request without arguments: BACKLOG_BYTES, QUEUES, APPLY_RETENTION, DISK_BYTES,
     HELD_BACK_BYTES, OLDEST_SEGMENT_TS."""
@@ -188,6 +193,7 @@ Request = (
     | CommittedOffset
     | OffsetForTime
     | UncleanMarks
+    | RestartMarks
     | Query
 )
 QUERY_OPS = frozenset(
@@ -493,6 +499,7 @@ _CODECS: dict[Op, _Codec] = {
         _put_none, _get_query(Op.OLDEST_SEGMENT_TS), _put_optional_int, _get_optional_int
     ),
     Op.UNCLEAN_MARKS: _Codec(*_fixed(UncleanMarks, FRAME_LEN), _put_id_values, _get_id_values),
+    Op.RESTART_MARKS: _Codec(*_fixed(RestartMarks, FRAME_LEN), _put_id_values, _get_id_values),
 }
 _REQUEST_OPS: dict[type[Any], Op] = {
     Hello: Op.HELLO,
@@ -507,6 +514,7 @@ _REQUEST_OPS: dict[type[Any], Op] = {
     CommittedOffset: Op.COMMITTED_OFFSET,
     OffsetForTime: Op.OFFSET_FOR_TIME,
     UncleanMarks: Op.UNCLEAN_MARKS,
+    RestartMarks: Op.RESTART_MARKS,
 }
 
 

@@ -12,7 +12,9 @@ from typing import Any, NamedTuple
 
 from storage.errors import StoreError
 
-MAX_FRAME_BYTES = 256 << 20  # a batch of 16 MiB messages must fit; a bad length must not
+# A batch holding a message of RabbitMQ's largest size (512 MiB) must fit, with room for the
+# small messages read along with it; a bad length must not.
+MAX_FRAME_BYTES = 576 << 20
 FRAME_LEN = struct.Struct("<I")
 FRAME_HEAD = struct.Struct("<IIB")  # length, request id, op
 FRAME_HEAD_SIZE = FRAME_HEAD.size  # 9

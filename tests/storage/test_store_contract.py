@@ -366,6 +366,7 @@ async def test_oldest_segment_time_and_crash_marks(kind: str, config: StoreConfi
         oldest = await store.oldest_segment_ts()
         assert oldest is not None and oldest > 0
         assert await store.unclean_marks(1) == {}  # a new store: nothing was delivered
+        assert await store.restart_marks(1) == {}  # and nothing from an earlier run
     # A crash (no close): what each partition held may have been delivered.
     crashed = LogStore.open(config)
     crashed.append([rec(b"y", (1, 1))])
@@ -373,8 +374,10 @@ async def test_oldest_segment_time_and_crash_marks(kind: str, config: StoreConfi
     crashed._release()
     async with open_store(kind, config) as store:
         assert await store.unclean_marks(1) == {0: 18, 1: 1}
-    async with open_store(kind, config) as store:  # after a clean stop: no marks
+        assert await store.restart_marks(1) == {0: 18, 1: 1}
+    async with open_store(kind, config) as store:  # after a clean stop: no crash marks
         assert await store.unclean_marks(1) == {}
+        assert await store.restart_marks(1) == {0: 18, 1: 1}
 
 
 # -- concurrency ---------------------------------------------------------------------------

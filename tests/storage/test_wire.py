@@ -47,6 +47,7 @@ from storage.wire import (
     Purge,
     Query,
     Read,
+    RestartMarks,
     UncleanMarks,
     WaitDurable,
 )
@@ -82,6 +83,7 @@ requests = st.one_of(
     st.builds(CommittedOffset, text, u32, u32),
     st.builds(OffsetForTime, u32, u32, i64),
     st.builds(UncleanMarks, u32),
+    st.builds(RestartMarks, u32),
     st.sampled_from(sorted(wire.QUERY_OPS)).map(Query),
 )
 messages = st.builds(
@@ -116,7 +118,10 @@ responses = st.one_of(
     st.tuples(st.just(Op.READ), read_results),
     st.tuples(st.sampled_from([Op.WAIT_DURABLE, Op.CREATE_QUEUE, Op.COMMIT_OFFSETS]), st.none()),
     st.tuples(st.sampled_from([Op.PURGE, Op.DISK_BYTES, Op.COMMITTED_OFFSET]), i64),
-    st.tuples(st.sampled_from([Op.QUEUES, Op.HELD_BACK_BYTES, Op.UNCLEAN_MARKS]), id_values),
+    st.tuples(
+        st.sampled_from([Op.QUEUES, Op.HELD_BACK_BYTES, Op.UNCLEAN_MARKS, Op.RESTART_MARKS]),
+        id_values,
+    ),
     st.tuples(st.just(Op.OLDEST_SEGMENT_TS), st.none() | offset),
     st.tuples(
         st.just(Op.QUEUE_STATS),
