@@ -7,9 +7,9 @@ per channel and increase by one per delivery, as the spec requires.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from storage import Record, StoredMessage
 
@@ -28,6 +28,7 @@ class Consumer:
     priority: int
     prefetch: int  # per-consumer limit (0: none), fixed when the consumer was created
     unacked: int = 0
+    arguments: Mapping[str, Any] = field(default_factory=dict)  # basic.consume's, as given
 
     def has_credit(self) -> bool:
         channel = self.channel

@@ -43,7 +43,7 @@ RABBITMQ: dict[str, tuple[str, str]] = {
     "frame_max": ("`frame_max` (131072)", ""),
     "channel_max": ("`channel_max` (2047)", ""),
     "heartbeat_s": ("`heartbeat` (60)", ""),
-    "max_message_size_bytes": ("`max_message_size` (16 MiB in 4.x, 128 MiB in 3.x)", ""),
+    "max_message_size_bytes": ("`max_message_size` (128 MiB in 3.x, 16 MiB in 4.x)", ""),
     "max_connections": ("`connection_max` (infinity)", ""),
     "queue_partitions": ("-", ""),
     "push_tasks": ("-", ""),

@@ -9,7 +9,7 @@ import anyio
 from anyio.abc import ByteStream, SocketAttribute
 from anyio.streams.tls import TLSAttribute
 
-from gateway.amqp import ServerConnection
+from gateway.amqp import ServerConnection, frame_writer
 from gateway.amqp.sasl import certificate_login
 from gateway.node import Node
 from gateway.session import Session
@@ -41,6 +41,8 @@ async def serve_connection(node: Node, stream: ByteStream) -> None:
         frame_max=settings.frame_max,
         heartbeat_s=settings.heartbeat_s,
         max_message_size=settings.max_message_size_bytes,
+        # RabbitMQ's cluster_name defaults to its node's name.
+        server_properties={"cluster_name": settings.node_name},
         external_login=_certificate_login(stream),
     )
     session = Session(
@@ -127,8 +129,9 @@ async def _handshake_watchdog(session: Session, stream: ByteStream, timeout_ms: 
 
 
 async def _flush(session: Session, stream: ByteStream) -> None:
-    data = session.take_output()
-    if data:
+    # A piece at a time: the transport copies what the socket does not take at once, so a
+    # large delivery written whole would be held again in its buffer.
+    for data in frame_writer.coalesce(session.take_output()):
         await stream.send(data)
     session.sent()
 

@@ -76,15 +76,18 @@ def hold(
     headers: Mapping[str, Any],
     flags: int,
     now_ms: int,
-) -> Record | None:
-    """The timer record for a publish to a delayed exchange, or None to route it at once.
+    target: str | None = None,
+) -> Record:
+    """The timer record for a publish held by a delayed exchange: the one published to, or
+    ``target`` when routing reached it through an exchange-to-exchange binding (delivered
+    messages keep the exchange they were published to, as with the plugin). Only for
+    headers whose delay_of() is not None.
 
     ``headers`` are the publish's own (BCC included: routing at delivery needs it);
     ``publish.properties`` are as routing left them (reply-to rewritten).
     """
     delay = delay_of(headers)
-    if delay is None:
-        return None
+    assert delay is not None, "hold() of a message that routes at once"
     properties = publish.properties
     original = properties.headers
     properties.headers = {**headers, DELAY_HEADER: -delay}
@@ -94,7 +97,7 @@ def hold(
         properties.headers = original
     message = TimerMessage(
         vhost,
-        publish.exchange,
+        publish.exchange if target is None else target,
         publish.exchange.encode(),
         publish.routing_key.encode(),
         properties_bytes,
@@ -142,7 +145,7 @@ def _deliverable(vhost: VirtualHost, m: TimerMessage) -> Record | None:
     properties = decode_properties(m.properties)
     headers = properties.headers
     try:
-        result = vhost.router.route(m.target, m.routing_key.decode(), headers)
+        result = vhost.router.route(m.target, m.routing_key.decode(), headers, m.properties)
     except MetaError:  # CC/BCC of a type routing refuses
         return None
     queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import base, commands
 
-from gateway.amqp import frame_writer
+from gateway.amqp import frame_writer, unchecked
 from gateway.amqp.errors import (
     AccessRefused,
     AMQPNotImplemented,
@@ -27,6 +27,7 @@ from gateway.channel_state import ChannelState, Consumer, Delivery, TxAction
 from gateway.delayed_exchange import EXCHANGE_TYPES
 from gateway.direct_reply import REPLY_QUEUE
 from gateway.queue_runtime import QueueRuntime
+from gateway.single_active import SingleActiveConsumer
 from gateway.vhost import VirtualHost, amqp_error
 from meta import checks
 from meta.amqp_values import infer_type
@@ -55,6 +56,16 @@ def _send(
 def _argument_types(method: Any) -> dict[str, str]:
     """Wire types of ``arguments`` as the frame decoder recorded them (see amqp/methods.py)."""
     return dict(getattr(method, "argument_types", None) or {})
+
+
+def _strip_cr_lf(method: Any, *fields: str) -> None:
+    """rabbit_channel:strip_cr_lf/1: CR and LF are dropped from the names queue.declare,
+    queue.delete, exchange.declare, exchange.delete and the bind methods carry (but not
+    from those of basic.get, consume, publish or queue.purge)."""
+    for name in fields:
+        value = getattr(method, name)
+        if "\n" in value or "\r" in value:
+            setattr(method, name, value.replace("\n", "").replace("\r", ""))
 
 
 def _queue_name(channel: ChannelState, name: str, class_id: int, method_id: int) -> str:
@@ -157,6 +168,7 @@ def _check_queue_declare(
 async def exchange_declare(
     session: Session, channel: ChannelState, m: commands.Exchange.Declare
 ) -> None:
+    _strip_cr_lf(m, "exchange")
     definition = ExchangeDef(
         vhost=_vhost(session).name,
         name=m.exchange,
@@ -175,6 +187,7 @@ async def exchange_declare(
 async def exchange_delete(
     session: Session, channel: ChannelState, m: commands.Exchange.Delete
 ) -> None:
+    _strip_cr_lf(m, "exchange")
     if m.exchange and not m.exchange.startswith("amq."):  # those are refused before the check
         session.grants.require("configure", "exchange", m.exchange, 40, 20)
     await _vhost(session).delete_exchange(m.exchange, m.if_unused)
@@ -193,10 +206,12 @@ def _binding(
         routing_key=m.routing_key,
         arguments=dict(m.arguments or {}),
         argument_types=_argument_types(m),
+        argument_wire=dict(getattr(m, "argument_wire", None) or {}),
     )
 
 
 async def exchange_bind(session: Session, channel: ChannelState, m: commands.Exchange.Bind) -> None:
+    _strip_cr_lf(m, "source", "destination")
     _authorize_binding(session, m.source, m.destination, "exchange", 30)
     binding = _binding(session, m, m.source, m.destination, "exchange")
     await _vhost(session).bind(binding, session.owner_id, 40, 30)
@@ -206,6 +221,7 @@ async def exchange_bind(session: Session, channel: ChannelState, m: commands.Exc
 async def exchange_unbind(
     session: Session, channel: ChannelState, m: commands.Exchange.Unbind
 ) -> None:
+    _strip_cr_lf(m, "source", "destination")
     _authorize_binding(session, m.source, m.destination, "exchange", 40)
     binding = _binding(session, m, m.source, m.destination, "exchange")
     await _vhost(session).unbind(binding, session.owner_id, 40, 40)
@@ -216,6 +232,7 @@ async def exchange_unbind(
 
 
 async def queue_declare(session: Session, channel: ChannelState, m: commands.Queue.Declare) -> None:
+    _strip_cr_lf(m, "queue")
     vhost = _vhost(session)
     if m.queue == REPLY_QUEUE and m.passive:  # the pseudo-queue exists for every client
         consumers = 1 if channel.reply_key else 0  # RabbitMQ counts this channel's consumer
@@ -244,11 +261,18 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
     queue.last_used = time.monotonic()  # a declare, passive too, renews x-expires
     channel.last_queue = queue.name
     count = await session.node.broadcasts.message_count(queue)
-    ok = commands.Queue.DeclareOk(queue.name, count, len(queue.consumers))
+    # The name may be any UTF-8 (pamqp's constructor allows ASCII names only).
+    ok = unchecked.build(
+        commands.Queue.DeclareOk,
+        queue=queue.name,
+        message_count=count,
+        consumer_count=len(queue.consumers),
+    )
     _send(session, channel, ok, m.nowait)
 
 
 async def queue_bind(session: Session, channel: ChannelState, m: commands.Queue.Bind) -> None:
+    _strip_cr_lf(m, "queue", "exchange")
     queue = _queue_name(channel, m.queue, 50, 20)
     _authorize_binding(session, m.exchange, queue, "queue", 20)
     await _vhost(session).bind(
@@ -258,6 +282,7 @@ async def queue_bind(session: Session, channel: ChannelState, m: commands.Queue.
 
 
 async def queue_unbind(session: Session, channel: ChannelState, m: commands.Queue.Unbind) -> None:
+    _strip_cr_lf(m, "queue", "exchange")
     queue = _queue_name(channel, m.queue, 50, 50)
     _authorize_binding(session, m.exchange, queue, "queue", 50)
     binding = _binding(session, m, m.exchange, queue, "queue")
@@ -276,6 +301,7 @@ async def queue_purge(session: Session, channel: ChannelState, m: commands.Queue
 
 
 async def queue_delete(session: Session, channel: ChannelState, m: commands.Queue.Delete) -> None:
+    _strip_cr_lf(m, "queue")
     vhost = _vhost(session)
     name = _queue_name(channel, m.queue, 50, 40)
     session.grants.require("configure", "queue", name, 50, 40)
@@ -289,7 +315,16 @@ async def queue_delete(session: Session, channel: ChannelState, m: commands.Queu
         count = await session.node.broadcasts.message_count(queue)
         if m.if_empty and count:
             raise PreconditionFailed(f"{where} not empty", 50, 40)
-        await vhost.delete_queue(name, session.owner_id)
+        # Consumers are cancelled as the queue goes: this channel's cancels wait for delete-ok.
+        session.conn.hold(channel.number)
+        try:
+            await vhost.delete_queue(name, session.owner_id)
+        except BaseException:
+            session.conn.release(channel.number)  # what was held goes before the error's close
+            raise
+        reply = None if m.nowait else commands.Queue.DeleteOk(count)
+        session.conn.release(channel.number, reply)
+        return
     _send(session, channel, commands.Queue.DeleteOk(count), m.nowait)
 
 
@@ -338,7 +373,10 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
     queue = vhost.queue(name, 60, 20)
     _exclusive_check(session, queue, 60, 20)
     tag = m.consumer_tag or _consumer_tag()
-    if queue.has_exclusive_consumer or (m.exclusive and queue.consumers):
+    # A single-active-consumer queue refuses exclusive consumers, consumers or not
+    # (rabbit_amqqueue_process: exclusive_consume_unavailable).
+    exclusive_refused = bool(queue.consumers) or isinstance(queue, SingleActiveConsumer)
+    if queue.has_exclusive_consumer or (m.exclusive and exclusive_refused):
         raise AccessRefused(
             f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use", 60, 20
         )
@@ -347,7 +385,14 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
         raise PreconditionFailed(f"invalid arg 'x-priority' for consumer '{tag}'", 60, 20)
     queue = await session.node.broadcasts.consumer_queue(queue, session, tag, bool(m.consumer_tag))
     consumer = Consumer(
-        tag, channel, queue, m.no_ack, m.exclusive, priority, channel.prefetch_count
+        tag,
+        channel,
+        queue,
+        m.no_ack,
+        m.exclusive,
+        priority,
+        channel.prefetch_count,
+        arguments=dict(m.arguments or {}),
     )
     # consume-ok must reach the client before the first delivery.
     _send(session, channel, commands.Basic.ConsumeOk(tag), m.nowait)
@@ -402,10 +447,7 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
     if cluster is not None and not await cluster.hold_for_get(queue):
         _send(session, channel, commands.Basic.GetEmpty())  # another gateway delivers it
         return
-    taken = queue.take()
-    while taken is None and not queue.exhausted:
-        await queue.fill()
-        taken = queue.take()
+    taken = await queue.get()
     if taken is None:
         _send(session, channel, commands.Basic.GetEmpty())
         return
@@ -477,11 +519,11 @@ async def basic_recover_async(
 
 
 async def channel_flow(session: Session, channel: ChannelState, m: commands.Channel.Flow) -> None:
-    channel.flow_active = bool(m.active)
-    _send(session, channel, commands.Channel.FlowOk(m.active))
-    if m.active:
-        for queue in channel.queues_with_consumers():
-            session.node.scheduler.wake(queue)
+    # RabbitMQ 3.10 no longer pauses a channel's deliveries: active=false closes the
+    # connection (rabbit_channel), and active=true is a no-op answered with flow-ok.
+    if not m.active:
+        raise AMQPNotImplemented("active=false", 20, 20)
+    _send(session, channel, commands.Channel.FlowOk(True))
 
 
 async def confirm_select(

@@ -87,7 +87,7 @@ class TimerMessage(NamedTuple):
     exchange: bytes
     routing_key: bytes
     properties: bytes  # raw AMQP properties
-    body: bytes
+    body: bytes | bytearray  # as the publish assembled it (see events.Publish)
     flags: int = 0  # store record flags (persistent)
     born_ts_ms: int = 0
 

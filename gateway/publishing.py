@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from gateway.amqp import Publish, frame_writer
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
-from gateway.delayed_exchange import hold
+from gateway.delayed_exchange import delay_of, hold
 from gateway.direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from gateway.queue_runtime import QueueRuntime
 from gateway.routing import UnknownExchange, strip_bcc
@@ -41,6 +41,9 @@ class RouteOutcome(NamedTuple):
     queues: list[QueueRuntime]  # to wake after the append
     routed: bool  # False: unroutable (mandatory gets basic.return)
     rejected: bool = False  # a full queue refused it (x-overflow reject-publish): nack
+    # Timer records of delayed-message exchanges reached through exchange-to-exchange
+    # bindings, each holding a copy (store them with ``record``).
+    held: tuple[Record, ...] = ()
 
 
 UNROUTED = RouteOutcome(None, [], False)
@@ -90,12 +93,13 @@ def route_publish(
         if headers and "BCC" in headers:
             properties.headers = strip_bcc(dict(headers))
             properties_bytes = frame_writer.encode_properties(properties)
-    if exchange.type == DELAYED_MESSAGE_EXCHANGE_TYPE and headers:
+    delayed = headers is not None and delay_of(headers) is not None
+    if exchange.type == DELAYED_MESSAGE_EXCHANGE_TYPE and delayed:
+        assert headers is not None
         record_flags = _record_flags(delivery_mode, flags)
-        held = hold(session.node.timer, vhost.name, publish, headers, record_flags, now_ms)
-        if held is not None:
-            # The plugin routes a held message to no queue now: mandatory gets 312 at once.
-            return RouteOutcome(held, [], False)
+        timer_record = hold(session.node.timer, vhost.name, publish, headers, record_flags, now_ms)
+        # The plugin routes a held message to no queue now: mandatory gets 312 at once.
+        return RouteOutcome(timer_record, [], False)
     if not publish.exchange and publish.routing_key.startswith(REPLY_PREFIX):
         return _direct_reply(session, publish, properties_bytes)
     if not publish.exchange and headers is None:
@@ -104,13 +108,29 @@ def route_publish(
         queues = [] if queue is None else [queue]
         return _record(channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms)
     try:
-        result = vhost.router.route(publish.exchange, publish.routing_key, headers)
+        result = vhost.router.route(
+            publish.exchange,
+            publish.routing_key,
+            headers,
+            publish.properties_bytes,  # as sent: the headers' wire types
+            hold_delayed=delayed,
+        )
     except UnknownExchange:
         raise NotFound(
             f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
         ) from None
     queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]
-    return _record(channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms)
+    outcome = _record(channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms)
+    if result.held_by:
+        assert headers is not None  # only a message with an x-delay is held
+        record_flags = _record_flags(delivery_mode, flags)
+        timer = session.node.timer
+        copies = tuple(
+            hold(timer, vhost.name, publish, headers, record_flags, now_ms, target=name)
+            for name in result.held_by
+        )
+        outcome = outcome._replace(held=copies)
+    return outcome
 
 
 def _record(

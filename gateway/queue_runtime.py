@@ -85,6 +85,7 @@ class QueueRuntime:
         store: StorePort,
         behaviour: QueueBehaviour | None = None,
         outbox: Callable[[DeadLetter], None] | None = None,
+        wake: Callable[[QueueRuntime], None] | None = None,
     ) -> None:
         self.definition = definition
         self.name = definition.name
@@ -94,11 +95,17 @@ class QueueRuntime:
         self.behaviour = behaviour or behaviour_of(definition.arguments)
         self.rejects_publish = self.behaviour.rejects_publish  # read per publish: a plain field
         self.outbox = outbox  # where dead letters go (the vhost's); None: dropped
+        # The push scheduler's wake (None in unit tests): for what the queue itself decides
+        # may let it deliver, such as another consumer becoming the single active one.
+        self.wake = wake
         self.consumers: list[Consumer] = []
         self._rr = 0
         self.cursors = [0] * self.partitions  # next offset to fetch, per partition
         # Below these offsets a message may have gone out before a crash: flagged redelivered.
         self.maybe_delivered = [0] * self.partitions
+        # Below these offsets a message was stored before the store last opened: a transient
+        # one there is gone, as RabbitMQ loses non-persistent messages when it restarts.
+        self.restart_below = [0] * self.partitions
         # Cluster mode: per partition, whether this gateway holds its delivery lease (None:
         # embedded, always delivers). See gateway/cluster_link.py.
         self.leases: list[bool] | None = None
@@ -139,9 +146,11 @@ class QueueRuntime:
         """Resume from the committed offsets: what was in flight at a stop is redelivered."""
         ready = 0
         marks = await self.store.unclean_marks(self.queue_id)
+        restarted = await self.store.restart_marks(self.queue_id)
         for p in range(self.partitions):
             self.cursors[p] = await self.store.committed_offset(QUEUE_GROUP, self.queue_id, p)
             self.maybe_delivered[p] = marks.get(p, 0)
+            self.restart_below[p] = restarted.get(p, 0)
         stats = await self.store.queue_stats(self.queue_id)
         for s in stats.partitions:
             self.cursors[s.partition] = max(self.cursors[s.partition], s.min_offset)
@@ -152,8 +161,7 @@ class QueueRuntime:
 
     async def recount_bytes(self) -> None:
         """Sum the bodies of the ready messages (a read pass; only for byte-limited queues)."""
-        total = sum(len(m.body) for _, m in self.buffer)
-        total += sum(len(m.body) for _, _, m in self.requeued)
+        total = await self._held_bytes()
         for p in range(self.partitions):
             offset = self.cursors[p]
             while True:
@@ -163,6 +171,11 @@ class QueueRuntime:
                 total += sum(len(m.body) for m in result.messages)
                 offset = result.next_offset
         self.ready_bytes = total
+
+    async def _held_bytes(self) -> int:
+        """Body bytes of the ready messages read from the store already."""
+        total = sum(len(m.body) for _, m in self.buffer)
+        return total + sum(len(m.body) for _, _, m in self.requeued)
 
     def set_behaviour(self, behaviour: QueueBehaviour) -> None:
         self.behaviour = behaviour
@@ -182,6 +195,15 @@ class QueueRuntime:
     @property
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)
+
+    @property
+    def active_consumer(self) -> Consumer | None:
+        """The single active consumer (gateway/single_active.py); None for other queues."""
+        return None
+
+    def activity_status(self, consumer: Consumer) -> str:
+        """RabbitMQ's consumer ``activity_status``: every consumer of other queues is up."""
+        return "up"
 
     def next_consumer(self) -> Consumer | None:
         """Round-robin among the highest-priority consumers that have credit."""
@@ -315,6 +337,12 @@ class QueueRuntime:
                     continue
             self.ready_count -= 1
             self.ready_bytes -= len(message.body)
+            if (
+                message.queue_offset < self.restart_below[partition]
+                and not message.flags & PERSISTENT_FLAG
+            ):
+                self.commit_dirty = True  # a transient message from before the restart: gone
+                continue
             self.inflight[partition].add(message.queue_offset)
             if self.behaviour.counts_deliveries:
                 returned = self.returns.get((partition, message.queue_offset), 0)
@@ -326,6 +354,14 @@ class QueueRuntime:
                 or bool(message.flags & REDELIVERED_FLAG)
                 or message.queue_offset < self.maybe_delivered[partition],
             )
+
+    async def get(self) -> tuple[int, StoredMessage, bool] | None:
+        """basic.get: take the next message, reading from the store if need be."""
+        taken = self.take()
+        while taken is None and not self.exhausted:
+            await self.fill()
+            taken = self.take()
+        return taken
 
     async def fill(self) -> None:
         """Fetch from the store when the buffer runs low (batched; merged by commit offset)."""
@@ -392,6 +428,27 @@ class QueueRuntime:
         """Ready messages stored before ``cut_ts_ms`` leave without dead-lettering, as
         retention (x-max-age, disk-overflow drop-oldest); unacked ones stay with their
         consumers. Counted in dropped_by_retention and logged."""
+        dropped, bytes_known = await self._drop_held_before(cut_ts_ms)
+        skipped = 0
+        for p in range(self.partitions):
+            target = await self.store.offset_for_time(self.queue_id, p, cut_ts_ms)
+            if target > self.cursors[p]:
+                skipped += target - self.cursors[p]
+                self.cursors[p] = target
+        dropped += skipped
+        if not dropped:
+            return 0
+        self.ready_count = max(0, self.ready_count - dropped)
+        self.dropped_by_retention += dropped
+        self.commit_dirty = True
+        if (skipped or not bytes_known) and self.behaviour.max_length_bytes is not None:
+            await self.recount_bytes()
+        log.warning("queue %r: %d unread message(s) dropped: %s", self.name, dropped, why)
+        return dropped
+
+    async def _drop_held_before(self, cut_ts_ms: int) -> tuple[int, bool]:
+        """Drop the read ready messages stored before ``cut_ts_ms``: (how many, whether
+        ready_bytes was kept exact)."""
         dropped = 0
         kept: deque[tuple[int, StoredMessage]] = deque()
         for partition, message in self.buffer:
@@ -410,22 +467,7 @@ class QueueRuntime:
                 self.returns.pop((partition, message.queue_offset), None)
         heapq.heapify(requeued)
         self.requeued = requeued
-        skipped = 0
-        for p in range(self.partitions):
-            target = await self.store.offset_for_time(self.queue_id, p, cut_ts_ms)
-            if target > self.cursors[p]:
-                skipped += target - self.cursors[p]
-                self.cursors[p] = target
-        dropped += skipped
-        if not dropped:
-            return 0
-        self.ready_count = max(0, self.ready_count - dropped)
-        self.dropped_by_retention += dropped
-        self.commit_dirty = True
-        if skipped and self.behaviour.max_length_bytes is not None:
-            await self.recount_bytes()
-        log.warning("queue %r: %d unread message(s) dropped: %s", self.name, dropped, why)
-        return dropped
+        return dropped, True
 
     # -- leaving --------------------------------------------------------------------------
 
@@ -513,6 +555,10 @@ class QueueRuntime:
             self.returns[key] = returned  # take() stamps it on the next delivery
         self.ready_count += 1
         self.ready_bytes += len(message.body)
+        self._return(partition, message)
+
+    def _return(self, partition: int, message: StoredMessage) -> None:
+        """Back in the queue, before every newer message (RabbitMQ keeps its place)."""
         heapq.heappush(self.requeued, (message.commit_offset, partition, message))
 
     async def expire(self, now_ms: int) -> int | None:
@@ -520,14 +566,9 @@ class QueueRuntime:
         if self.behaviour.message_ttl_ms is None and not self._head_may_expire():
             return None
         while True:
-            if not self.has_buffered():
-                if self.exhausted:
-                    return None
-                await self.fill()
-                if not self.has_buffered():
-                    return None
-            head = self._peek_head()
-            assert head is not None
+            head = await self._fetch_head(always=False)
+            if head is None:
+                return None
             deadline = self.deadline(head)
             if deadline is None or deadline > now_ms:
                 return deadline
@@ -536,20 +577,28 @@ class QueueRuntime:
             self.leave(taken[0], taken[1], "expired")
 
     def _head_may_expire(self) -> bool:
-        if self.has_buffered():
-            head = self._peek_head()
-            return head is not None and bool(head.flags & EXPIRATION_FLAG)
+        head = self._peek_head()
+        if head is not None:
+            return bool(head.flags & EXPIRATION_FLAG)
         return self.expirations_seen and self.ready_count > 0
+
+    async def _fetch_head(self, always: bool) -> StoredMessage | None:
+        """The next message to leave, read from the store if need be (None: no message).
+        ``always``: read even if the last fetch reached the end (messages may have been
+        appended since, before the wake-up that would say so)."""
+        head = self._peek_head()
+        if head is None and (always or not self.exhausted):
+            await self.fill()
+            head = self._peek_head()
+        return head
 
     async def enforce_limits(self) -> None:
         """drop-head: while over max-length or max-length-bytes, the oldest messages go."""
         if self.behaviour.overflow != "drop-head":
             return
         while self.over_limit():
-            if not self.has_buffered():
-                await self.fill()
-                if not self.has_buffered():
-                    return
+            if await self._fetch_head(always=True) is None:
+                return
             taken = self._pop_head()
             assert taken is not None
             self.leave(taken[0], taken[1], "maxlen")

@@ -114,12 +114,12 @@ class Session:
         if alarms.blocked and self.published:
             await alarms.wait_released()
 
-    def take_output(self) -> bytes:
+    def take_output(self) -> list[frame_writer.Buffer]:
         """The writer takes everything queued; it counts as sending until sent() is called."""
-        data = self.conn.data_to_send()
+        parts = self.conn.take_output()
         self.pending_bytes = 0
-        self.sending_bytes = len(data)
-        return data
+        self.sending_bytes = sum(map(len, parts))
+        return parts
 
     def sent(self) -> None:
         """The writer's send finished; resume deliveries once the backlog is low again."""
@@ -323,7 +323,9 @@ class Session:
             if channel is None or channel.closing:
                 continue
             try:
-                record, queues, routed, rejected = route_publish(self, channel, publish, now_ms)
+                record, queues, routed, rejected, held = route_publish(
+                    self, channel, publish, now_ms
+                )
             except AMQPError as error:
                 await self.fail(channel, error)
                 continue
@@ -332,10 +334,12 @@ class Session:
             if channel.tx_mode:
                 if record is not None:
                     channel.tx_publishes.append(record)
+                channel.tx_publishes.extend(held)
                 continue
             if record is not None:
                 records.append(record)
                 woken.update(queues)
+            records.extend(held)  # copies held by delayed exchanges bound to this one
             if channel.confirm_mode:
                 confirms.append((channel, channel.next_publish_tag, not rejected))
                 channel.next_publish_tag += 1

@@ -28,11 +28,20 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.amqp.channel import MAX_MSG_SIZE
 from gateway.logging_setup import check_category, level_number, parse_rotation
 from storage import FlushPolicy, StoreConfig
+from storage.config import largest_record_in, max_record_bytes_for
 
 # Off while config_sources builds settings from the sources it has already read itself.
 READ_ENVIRONMENT: ContextVar[bool] = ContextVar("mqgw_read_environment", default=True)
@@ -128,9 +137,11 @@ class GatewaySettings(BaseSettings):
     )
 
     frame_max: int = Field(131072, ge=4096, description="largest frame offered (bytes)")
-    channel_max: int = Field(2047, ge=0, le=65535, description="channels per connection")
+    channel_max: int = Field(2047, ge=0, le=65535, description="open channels per connection")
     heartbeat_s: int = Field(60, ge=0, description="heartbeat offered (seconds, 0: off)")
-    max_message_size_bytes: int = Field(16 << 20, gt=0, description="largest message body")
+    max_message_size_bytes: int = Field(
+        128 << 20, gt=0, description="largest message body (at most 512 MiB)"
+    )
     max_connections: int = Field(0, ge=0, description="connections per node (0: unlimited)")
     queue_partitions: int = _positive("log partitions per new queue", 1)
     push_tasks: int = _positive("push scheduler tasks, whatever the number of queues", 2)
@@ -172,7 +183,9 @@ class GatewaySettings(BaseSettings):
 
     flush: FlushPolicy = Field(FlushPolicy.SYNC, description="sync: confirm after fsync")
     segment_size_bytes: int = Field(
-        1 << 30, ge=4096, description="commitlog segment size (fixed per store)"
+        1 << 30,
+        ge=4096,
+        description="commitlog segment size (fixed per store; must hold the largest message)",
     )
     cq_entries_per_segment: int = Field(
         300_000, gt=0, description="index entries per consume-queue file (fixed per store)"
@@ -213,6 +226,33 @@ class GatewaySettings(BaseSettings):
     )
     log_file_rotation_count: int = Field(5, ge=0, description="rotated files kept")
     log_format: Literal["plain", "json"] = Field("plain", description="plain text or JSON lines")
+
+    @field_validator("max_message_size_bytes")
+    @classmethod
+    def _message_size_limit(cls, value: int) -> int:
+        # RabbitMQ's own ceiling (?MAX_MSG_SIZE): its clients and tools assume no more.
+        if value > MAX_MSG_SIZE:
+            raise ValueError(f"at most {MAX_MSG_SIZE} (512 MiB, RabbitMQ's limit)")
+        return value
+
+    @field_validator("segment_size_bytes")
+    @classmethod
+    def _segment_holds_largest_message(cls, value: int, info: ValidationInfo) -> int:
+        # A record never spans segments: the largest message must fit in one, or publishing
+        # it would fail only once someone sends it.
+        max_message = info.data.get("max_message_size_bytes")
+        if max_message is None:
+            return value  # that field failed already, with its own error
+        needed = max_record_bytes_for(max_message)
+        if needed > largest_record_in(value):
+            minimum = value - largest_record_in(value) + needed
+            raise ValueError(
+                f"a segment of {value} bytes cannot hold the largest message "
+                f"(max_message_size_bytes {max_message} plus {needed - max_message} bytes "
+                f"of record headers): make segment_size_bytes at least {minimum} or lower "
+                "max_message_size_bytes"
+            )
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -272,9 +312,7 @@ class GatewaySettings(BaseSettings):
             self.data_dir / "store",
             segment_size_bytes=self.segment_size_bytes,
             cq_entries_per_segment=self.cq_entries_per_segment,
-            max_record_bytes=min(
-                self.max_message_size_bytes + (64 << 10), self.segment_size_bytes - 64
-            ),
+            max_record_bytes=max_record_bytes_for(self.max_message_size_bytes),
             flush=self.flush,
             async_flush_interval_ms=self.async_flush_interval_ms,
             offset_persist_interval_ms=self.offset_persist_interval_ms,

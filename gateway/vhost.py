@@ -18,6 +18,7 @@ from gateway.amqp.property_bytes import PropertyError
 from gateway.dead_letter import DeadLetter, is_cycle, republish
 from gateway.push_scheduler import PushScheduler
 from gateway.queue_behaviour import QueueBehaviour, behaviour_of
+from gateway.queue_kinds import new_queue_runtime
 from gateway.queue_runtime import PERSISTENT_FLAG, QueueRuntime
 from gateway.routing import Router, UnknownExchange
 from meta.errors import MetaError
@@ -86,8 +87,12 @@ class VirtualHost:
 
     async def _attach_queue(self, definition: QueueDef) -> QueueRuntime:
         await self.store.create_queue(definition.queue_id, definition.partitions)
-        runtime = QueueRuntime(
-            definition, self.store, self._behaviour(definition), self._dead_letter
+        runtime = new_queue_runtime(
+            definition,
+            self.store,
+            self._behaviour(definition),
+            self._dead_letter,
+            self.scheduler.wake,
         )
         await runtime.start()
         self.queues[definition.name] = runtime
@@ -243,7 +248,9 @@ class VirtualHost:
                         letter.queue, error)  # fmt: skip
             return None
         try:
-            routed = self.router.route(message.exchange, message.routing_key, headers)
+            routed = self.router.route(
+                message.exchange, message.routing_key, headers, message.properties
+            )
         except UnknownExchange:
             return None  # RabbitMQ drops a dead letter whose exchange is gone
         except AMQPError:

@@ -165,6 +165,10 @@ class BindingDef(_WithArguments):
     destination: str
     destination_type: DestinationType
     routing_key: str = ""
+    # Table, array, timestamp and decimal arguments as the client sent them (base64 of type
+    # code + value): a headers exchange compares nested values with their wire types, which
+    # decoding loses (gateway/routing/field_terms.py). Empty for bindings made without AMQP.
+    argument_wire: dict[str, str] = Field(default_factory=dict)
 
     @property
     def identity(self) -> tuple[str, str, str, str, Any]:

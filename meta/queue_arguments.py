@@ -11,10 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 from meta.amqp_values import type_class
+from meta.checks import queue_type_of
 from meta.errors import PreconditionFailed, resource_name
 from meta.models import QueueDef
 
 MAX_EXPIRY_TIMER = 4294967295  # RabbitMQ's ?MAX_EXPIRY_TIMER (ms)
+MAX_SUPPORTED_PRIORITY = 255  # RabbitMQ's ?MAX_SUPPORTED_PRIORITY
 OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
 REDELIVERY_VALUES = ("immediate", "backoff")
 CONSUME_MODES = ("cluster", "broadcast")
@@ -36,7 +38,16 @@ NOT_WITH_BROADCAST = (
     "x-dead-letter-exchange",
     "x-expires",
     "x-max-age",
+    "x-max-priority",  # each consumer reads its own position: there is no shared head
+    "x-single-active-consumer",  # every consumer gets every message
 )
+# Arguments only some queue types take (their `queue_arguments` capability in RabbitMQ 3.10):
+# not validated for the others, which refuse them after the other checks with
+# "invalid arg '<key>' for <queue> of queue type rabbit_<type>_queue".
+_QUEUE_TYPES_OF = {
+    "x-max-priority": ("classic",),
+    "x-single-active-consumer": ("classic", "quorum"),
+}
 
 
 class _Invalid(Exception):
@@ -83,6 +94,19 @@ def _message_ttl(amqp_type: str, value: Any, queue: QueueDef) -> None:
     _expiry(amqp_type, value, queue, zero_ok=True)
 
 
+def _max_priority(amqp_type: str, value: Any, queue: QueueDef) -> None:
+    """rabbit_amqqueue:check_max_priority_arg/2: a non-negative integer up to 255."""
+    _non_negative(amqp_type, value, queue)
+    if int(value) > MAX_SUPPORTED_PRIORITY:
+        raise _Invalid(f"{{max_value_exceeded,{int(value)}}}")
+
+
+def _bool(amqp_type: str, _value: Any, _q: QueueDef) -> None:
+    """rabbit_amqqueue:check_bool_arg/2."""
+    if amqp_type != "bool":
+        raise _Invalid(f"{{unacceptable_type,{amqp_type}}}")
+
+
 def _dlrk(amqp_type: str, _value: Any, queue: QueueDef) -> None:
     if "x-dead-letter-exchange" not in queue.arguments:
         raise _Invalid("routing_key_but_no_dlx_defined")
@@ -125,7 +149,9 @@ _CHECKS: tuple[tuple[str, Callable[[str, Any, QueueDef], None]], ...] = (
     ("x-dead-letter-routing-key", _dlrk),
     ("x-max-length", _non_negative),
     ("x-max-length-bytes", _non_negative),
+    ("x-max-priority", _max_priority),
     ("x-overflow", _one_of(OVERFLOW_VALUES, "invalid_overflow")),
+    ("x-single-active-consumer", _bool),
     ("x-max-age", _max_age),
     ("x-delivery-limit", _non_negative),
     ("x-consumer-timeout", _positive),
@@ -145,8 +171,9 @@ def check_queue_arguments(queue: QueueDef) -> None:
                     f"invalid arg '{key}' for {resource}: not supported with "
                     "x-consume-mode broadcast (each consumer has its own position)"
                 )
+    queue_type = queue_type_of(queue)
     for key, check in _CHECKS:
-        if key not in queue.arguments:
+        if key not in queue.arguments or queue_type not in _QUEUE_TYPES_OF.get(key, (queue_type,)):
             continue
         try:
             check(queue.argument_type(key), queue.arguments[key], queue)
@@ -155,3 +182,9 @@ def check_queue_arguments(queue: QueueDef) -> None:
             raise PreconditionFailed(
                 f"invalid arg '{key}' for {resource}: {invalid.term}"
             ) from None
+    for key, queue_types in _QUEUE_TYPES_OF.items():
+        if key in queue.arguments and queue_type not in queue_types:
+            resource = resource_name("queue", queue.name, queue.vhost)
+            raise PreconditionFailed(
+                f"invalid arg '{key}' for {resource} of queue type rabbit_{queue_type}_queue"
+            )

@@ -1,5 +1,6 @@
 """Open AMQP connections (GET /api/connections, RabbitMQ's names for the fields it has), each
-with the consumption control in force for it. The full management view comes later."""
+with the consumption control in force for it, and their consumers (GET /api/consumers, in
+RabbitMQ 3.10's management shape). The full management view comes later."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gateway.admin.paths import SlashRoute
 from meta.models import User
 
 if TYPE_CHECKING:
+    from gateway.channel_state import Consumer
     from gateway.node import Node
     from gateway.session import Session
 
@@ -54,6 +56,50 @@ def connection_json(node: Node, session: Session) -> dict[str, Any]:
     }
 
 
+def consumer_json(node: Node, consumer: Consumer) -> dict[str, Any]:
+    """One consumer as RabbitMQ 3.10's management plugin shows it (/api/consumers and the
+    queue's consumer_details); ``active`` is false only for a waiting consumer of a
+    single-active-consumer queue."""
+    channel = consumer.channel
+    session = channel.session
+    queue = consumer.queue
+    status = queue.activity_status(consumer)
+    peer_host, peer_port = _host_port(session.peer)
+    return {
+        "arguments": _plain(dict(consumer.arguments)),
+        "ack_required": not consumer.no_ack,
+        "active": status != "waiting",
+        "activity_status": status,
+        "channel_details": {
+            "connection_name": session.name,
+            "name": f"{session.name} ({channel.number})",
+            "node": node.name,
+            "number": channel.number,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+            "user": session.user,
+        },
+        "consumer_tag": consumer.tag,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch,
+        "queue": {"name": queue.name, "vhost": queue.definition.vhost},
+    }
+
+
+def _consumers(node: Node, user: User, vhost: str | None) -> list[dict[str, Any]]:
+    """Consumers in the vhosts ``user`` may see (monitoring and administrators: all)."""
+    everything = reads_everything(user)
+    return [
+        consumer_json(node, consumer)
+        for session in list(node.sessions)
+        if session.vhost is not None
+        and (vhost is None or session.vhost.name == vhost)
+        and (everything or node.access.may_use_vhost(user.name, session.vhost.name))
+        for channel in list(session.channels.values())
+        for consumer in list(channel.consumers.values())
+    ]
+
+
 def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
@@ -65,5 +111,13 @@ def routes(node: Node) -> APIRouter:
             for s in list(node.sessions)
             if s.opened and (reads_everything(user) or s.user == user.name)
         ]
+
+    @router.get("/api/consumers", summary="Every consumer (of the vhosts the user may see)")
+    async def consumers(user: User = management) -> list[dict[str, Any]]:
+        return _consumers(node, user, None)
+
+    @router.get("/api/consumers/{vhost}", summary="The consumers of one vhost")
+    async def vhost_consumers(vhost: str, user: User = management) -> list[dict[str, Any]]:
+        return _consumers(node, user, vhost)
 
     return router

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Body, Depends, HTTPException, Response
 
 from gateway.admin.auth import MANAGEMENT, MONITORING, POLICYMAKER, reads_everything, requires
+from gateway.admin.connections_api import consumer_json
 from gateway.admin.paths import SlashRoute
 from gateway.redelivery import redrive
 from meta.models import Policy, User
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 
 def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[str, Any]:
+    active = queue.active_consumer
+    exclusive = next((c.tag for c in queue.consumers if c.exclusive), None)
     unacked = queue.enqueued - queue.ready_count - queue.acked - queue.dead_lettered
     unacked -= queue.dropped + queue.retried + queue.dropped_by_retention
     behaviour = queue.behaviour
@@ -31,6 +34,8 @@ def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[s
         "exclusive": queue.definition.exclusive,
         "arguments": queue.definition.arguments,
         "consumers": len(queue.consumers),
+        "exclusive_consumer_tag": exclusive,
+        "single_active_consumer_tag": None if active is None else active.tag,
         "messages_ready": queue.ready_count,
         "messages_unacknowledged": unacked,
         "messages": queue.ready_count + unacked,
@@ -97,7 +102,10 @@ def routes(node: Node) -> APIRouter:
         runtime = vhost_or_404(vhost, user).queues.get(name)
         if runtime is None:
             raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
-        return queue_stats(node, runtime, await node.store.held_back_bytes())
+        stats = queue_stats(node, runtime, await node.store.held_back_bytes())
+        # As RabbitMQ's management plugin: the consumers only in the one-queue view.
+        stats["consumer_details"] = [consumer_json(node, c) for c in list(runtime.consumers)]
+        return stats
 
     @router.post(
         "/api/queues/{vhost}/{name}/redrive",

@@ -131,7 +131,7 @@ def decode_publish(payload: bytes) -> PublishHead:
 class Channel:
     """One open channel number: lifecycle state plus the publish being assembled."""
 
-    __slots__ = ("_fragments", "_head", "_properties", "_remaining", "content", "number", "state")
+    __slots__ = ("_body", "_head", "_properties", "_remaining", "content", "number", "state")
 
     def __init__(self, number: int) -> None:
         self.number = number
@@ -140,7 +140,9 @@ class Channel:
         self._head: PublishHead | None = None
         self._properties = b""
         self._remaining = 0
-        self._fragments: list[bytes] = []
+        # A body of several frames grows here in place: a list of frames joined at the end
+        # would hold it twice, and the freed frames stay in the heap (RSS) afterwards.
+        self._body = bytearray()
 
     def move(self, event: ChannelInput) -> ChannelState:
         """Apply a lifecycle input; an illegal one is a bug in the caller."""
@@ -156,7 +158,7 @@ class Channel:
         self.content = ContentState.AWAIT_METHOD
         self._head = None
         self._properties = b""
-        self._fragments = []
+        self._body = bytearray()
 
     def _advance(self, event: ContentInput) -> None:
         next_state = CONTENT.get((self.content, event))
@@ -201,7 +203,6 @@ class Channel:
         if body_size == 0:
             return self._finish(b"")
         self._remaining = body_size
-        self._fragments = []
         return None
 
     def on_body(self, payload: bytes) -> Publish | None:
@@ -213,13 +214,12 @@ class Channel:
         self._remaining -= len(payload)
         last = self._remaining == 0
         self._advance(ContentInput.BODY_LAST if last else ContentInput.BODY)
-        self._fragments.append(payload)
-        if not last:
-            return None
-        fragments = self._fragments
-        return self._finish(fragments[0] if len(fragments) == 1 else b"".join(fragments))
+        if last and not self._body:
+            return self._finish(payload)  # the whole body in one frame: no copy
+        self._body += payload
+        return self._finish(self._body) if last else None
 
-    def _finish(self, body: bytes) -> Publish:
+    def _finish(self, body: bytes | bytearray) -> Publish:
         head = self._head
         assert head is not None  # guaranteed by the CONTENT table
         publish = Publish(

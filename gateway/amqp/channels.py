@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from pamqp import base, commands
 
-from gateway.amqp import frame_writer
+from gateway.amqp import frame_writer, unchecked
 from gateway.amqp.channel import (
     PUBLISH_INDEX,
     Channel,
@@ -43,6 +43,8 @@ from gateway.amqp.frame_reader import (
 )
 from gateway.amqp.methods import channel_close, decode_method, method_ids, method_index
 
+# RabbitMQ's channel-id is empty (pamqp's default, and only allowed value, is "0").
+_OPEN_OK = unchecked.build(commands.Channel.OpenOk, channel_id="")
 _CLOSE_INDEX = commands.Channel.Close.index
 _CLOSE_OK_INDEX = commands.Channel.CloseOk.index
 # Client methods the server never accepts on a channel (RabbitMQ: "unimplemented method").
@@ -118,15 +120,12 @@ class ChannelTable:
 
     def _open(self, frame: RawFrame, events: list[Event]) -> None:
         frame_type, number, payload = frame
-        # RabbitMQ creates the channel on any frame, so the limit is checked first.
+        # RabbitMQ creates the channel on any frame, so the limit is checked first. It counts
+        # open channels, whatever their numbers: channel 65535 may be the first one.
         if len(self._channels) >= self.channel_max:
             raise NotAllowed(
                 f"number of channels opened ({len(self._channels)}) has reached "
                 f"the negotiated channel_max ({self.channel_max})"
-            )
-        if number > self.channel_max:
-            raise NotAllowed(
-                f"channel number {number} is above the negotiated channel_max ({self.channel_max})"
             )
         if frame_type != FRAME_METHOD:
             raise UnexpectedFrame("expected method frame, got non method frame instead")
@@ -136,7 +135,7 @@ class ChannelTable:
         if not isinstance(method, commands.Channel.Open):
             raise ChannelError("expected 'channel.open'", *method_ids(method))
         self._channels[number] = Channel(number)
-        self._emit(frame_writer.method(number, commands.Channel.OpenOk()))
+        self._emit(frame_writer.method(number, _OPEN_OK))
         events.append(ChannelOpened(number))
 
     def _on_closing_frame(self, channel: Channel, frame: RawFrame) -> None:

@@ -24,6 +24,7 @@ raised where they are found, as typed AMQPErrors, and converted in one place,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pamqp import base, commands
@@ -78,12 +79,13 @@ from gateway.amqp.methods import (
     method_index,
     server_properties_table,
 )
+from gateway.amqp.output import Output
 from gateway.amqp.sasl import EXTERNAL, MECHANISMS, as_bytes, parse_response
 
 DEFAULT_CHANNEL_MAX = 2047
 DEFAULT_FRAME_MAX = 131072
 DEFAULT_HEARTBEAT_S = 60
-DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ 3.x's default max_message_size
 FRAME_MIN_SIZE = 4096  # spec minimum for a negotiated frame_max
 INITIAL_FRAME_MAX = 8192  # before tune-ok (RabbitMQ 4's FRAME_MIN_SIZE; fits OAuth tokens)
 CHANNEL_MIN = 1
@@ -127,7 +129,7 @@ class ServerConnection:
         self.vhost = ""
         self.server_properties = server_properties_table(version, server_properties)
         self._reader = FrameReader(INITIAL_FRAME_MAX)
-        self._out: list[bytes] = []
+        self._output = Output()
         self._channels = ChannelTable(self._emit, channel_max, max_message_size)
         self._heartbeat = HeartbeatMonitor()
         self._close_error: AMQPError = AMQPError(200, "")
@@ -337,7 +339,7 @@ class ServerConnection:
         self.state = next_state(self.state, event)
 
     def _emit(self, data: bytes) -> None:
-        self._out.append(data)
+        self._output.parts.append(data)
         self._heartbeat.sent = True
 
     # ------------------------------------------------ decisions from above
@@ -414,12 +416,13 @@ class ServerConnection:
     # ----------------------------------------------------------------- output
 
     def data_to_send(self) -> bytes:
-        """Everything queued since the last call, as one write."""
-        out = self._out
-        if not out:
-            return b""
-        self._out = []
-        return out[0] if len(out) == 1 else b"".join(out)
+        """Everything queued since the last call, as one write (a lone part is not copied)."""
+        return b"".join(self._output.take())
+
+    def take_output(self) -> list[frame_writer.Buffer]:
+        """Everything queued since the last call, as queued: large bodies are views of the
+        stored message (write them with frame_writer.coalesce, a piece at a time)."""
+        return self._output.take()
 
     def channel_is_open(self, channel: int) -> bool:
         return self.state is ConnectionState.OPEN and self._channels.is_open(channel)
@@ -431,18 +434,27 @@ class ServerConnection:
 
     def send_method(self, channel: int, method: base.Frame) -> bool:
         """Queue a method; False (dropped) if the channel is closing or gone."""
-        if not self._can_send(channel):
-            return False
-        self._emit(frame_writer.method(channel, method))
-        return True
+        return self.send_frames(channel, (frame_writer.method(channel, method),))
 
-    def send_frames(self, channel: int, frames: list[bytes]) -> bool:
+    def send_frames(self, channel: int, frames: Sequence[frame_writer.Buffer]) -> bool:
         """Queue frames built with frame_writer (get_ok, return_...) for ``channel``."""
         if not self._can_send(channel):
             return False
-        self._out.extend(frames)
+        self._output.add(channel, frames)
         self._heartbeat.sent = True
         return True
+
+    def hold(self, channel: int) -> None:
+        """Keep ``channel``'s frames back until release() has sent its reply: queue.delete-ok
+        before the basic.cancel the deletion caused, as RabbitMQ orders them."""
+        self._output.hold(channel)
+
+    def release(self, channel: int, reply: base.Frame | None = None) -> None:
+        """``reply`` (if any), then what hold() kept back; dropped if the channel is gone."""
+        held = self._output.release(channel)
+        if reply is not None:
+            self.send_method(channel, reply)
+        self.send_frames(channel, held)
 
     def send_deliver(
         self,
@@ -532,6 +544,6 @@ class ServerConnection:
             self.timed_out = HeartbeatTimeout(float(self.heartbeat_s))
             return False
         if action is HeartbeatAction.SEND:
-            self._out.append(frame_writer.HEARTBEAT)
+            self._output.parts.append(frame_writer.HEARTBEAT)
             return True
         return False

@@ -50,10 +50,18 @@ def truncate_shortstr(text: str, limit: int = REPLY_TEXT_MAX_BYTES) -> str:
     return raw[:limit].decode("utf-8", errors="ignore")
 
 
+def reply_text_bytes(text: str) -> bytes:
+    """A close's reply-text on the wire, cut as rabbit_binary_generator does: above 255 bytes,
+    the first 252 and "...". Bytes, not characters: a long UTF-8 name (a 255-byte queue name
+    in "NOT_FOUND - no queue '...'") is cut inside a character, as RabbitMQ sends it."""
+    raw = text.encode("utf-8")
+    return raw if len(raw) <= REPLY_TEXT_MAX_BYTES else raw[:252] + b"..."
+
+
 def format_reply_text(reply_code: int, detail: str) -> str:
-    """``"NOT_FOUND - detail"``, truncated to a shortstr as RabbitMQ does (chars_limit 255)."""
+    """``"NOT_FOUND - detail"`` (whole: reply_text_bytes cuts it for the wire)."""
     name = _CONSTANT_NAMES.get(reply_code, "INTERNAL_ERROR")
-    return truncate_shortstr(f"{name} - {detail}")
+    return f"{name} - {detail}"
 
 
 class AMQPError(Exception):
@@ -63,7 +71,7 @@ class AMQPError(Exception):
         self, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0
     ) -> None:
         self.reply_code = reply_code
-        self.reply_text = truncate_shortstr(reply_text)
+        self.reply_text = reply_text  # whole, for logs; cut when sent (reply_text_bytes)
         self.class_id = class_id
         self.method_id = method_id
         super().__init__(self.reply_text)

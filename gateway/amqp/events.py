@@ -142,7 +142,7 @@ class Publish:
         mandatory: bool,
         immediate: bool,
         properties_bytes: bytes,
-        body: bytes,
+        body: bytes | bytearray,
     ) -> None:
         self.channel = channel
         self.exchange = exchange

@@ -14,11 +14,12 @@ form, so a large body is sliced into frames without an extra whole-body copy.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from pamqp import base, commands
-from pamqp import frame as pamqp_frame
 
-from gateway.amqp.errors import truncate_shortstr
+from gateway.amqp import unchecked
+from gateway.amqp.errors import reply_text_bytes, truncate_shortstr
 from gateway.amqp.frame_reader import (
     FRAME_BODY,
     FRAME_HEADER,
@@ -28,12 +29,13 @@ from gateway.amqp.frame_reader import (
 )
 
 # Stored messages arrive as memoryview slices of one read: framing them must not copy.
-Buffer = bytes | memoryview
+Buffer = bytes | bytearray | memoryview
 
 FRAME_END_BYTES = b"\xce"
 BASIC_CLASS_ID = 60
 HEARTBEAT = struct.pack(">BHI", FRAME_HEARTBEAT, 0, 0) + FRAME_END_BYTES
 EMPTY_PROPERTIES = b"\x00\x00"  # no flags set
+WRITE_BYTES = 1 << 20  # output is written in pieces of about this size (see coalesce)
 
 _FRAME_HEAD = struct.Struct(">BHI")
 # frame head + class, weight, body size: the content header up to its properties
@@ -57,10 +59,24 @@ def _shortstr(value: str | bytes) -> bytes:
 
 
 def method(channel: int, frame_value: base.Frame) -> bytes:
-    """Any pamqp method as one frame; close reply texts are cut to a shortstr."""
+    """Any pamqp method as one frame. Names are not checked against pamqp's ASCII pattern
+    (see unchecked.py); close reply texts are cut as RabbitMQ cuts them."""
     if isinstance(frame_value, commands.Connection.Close | commands.Channel.Close):
-        frame_value.reply_text = truncate_shortstr(frame_value.reply_text or "")
-    return pamqp_frame.marshal(frame_value, channel)
+        return _close(channel, frame_value)
+    return _method_frame(channel, _U32.pack(frame_value.index), unchecked.marshal(frame_value))
+
+
+def _close(channel: int, close: commands.Connection.Close | commands.Channel.Close) -> bytes:
+    # By hand: a cut reply text may end inside a UTF-8 character, which pamqp cannot encode.
+    args = b"".join(
+        (
+            _U16.pack(close.reply_code or 0),
+            _shortstr(reply_text_bytes(close.reply_text or "")),
+            _U16.pack(close.class_id or 0),
+            _U16.pack(close.method_id or 0),
+        )
+    )
+    return _method_frame(channel, _U32.pack(close.index), args)
 
 
 def heartbeat() -> bytes:
@@ -93,8 +109,12 @@ def content_header(channel: int, body_size: int, properties_bytes: Buffer) -> by
     return b"".join((head, properties_bytes, FRAME_END_BYTES))
 
 
-def body_frames(channel: int, body: Buffer, frame_max: int) -> list[bytes]:
-    """Body split into frames of at most ``frame_max`` bytes; none for an empty body."""
+def body_frames(channel: int, body: Buffer, frame_max: int) -> list[Buffer]:
+    """Body split into frames of at most ``frame_max`` bytes; none for an empty body.
+
+    A body of several frames is returned as (head, slice, end) parts per frame, the slices
+    views of ``body``: framing a 100 MiB message must not copy it (``coalesce`` copies at
+    most a write's worth at a time)."""
     chunk = frame_max - FRAME_OVERHEAD
     if chunk <= 0:
         raise ValueError(f"frame_max {frame_max} leaves no room for a body")
@@ -104,18 +124,31 @@ def body_frames(channel: int, body: Buffer, frame_max: int) -> list[bytes]:
             return []
         return [b"".join((_FRAME_HEAD.pack(FRAME_BODY, channel, size), body, FRAME_END_BYTES))]
     view = memoryview(body)
-    frames = []
+    parts: list[Buffer] = []
     for start in range(0, size, chunk):
         piece = view[start : start + chunk]
-        frames.append(
-            b"".join((_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTES))
-        )
-    return frames
+        parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTES)
+    return parts
+
+
+def coalesce(parts: list[Buffer], write_bytes: int = WRITE_BYTES) -> Iterator[bytes]:
+    """``parts`` joined into writes of about ``write_bytes`` (one part more at most), each
+    built only when the previous one is taken: the whole output is never copied at once."""
+    group: list[Buffer] = []
+    size = 0
+    for part in parts:
+        group.append(part)
+        size += len(part)
+        if size >= write_bytes:
+            yield b"".join(group)
+            group, size = [], 0
+    if group:
+        yield b"".join(group)
 
 
 def _with_content(
     channel: int, method_frame: bytes, properties_bytes: Buffer, body: Buffer, frame_max: int
-) -> list[bytes]:
+) -> list[Buffer]:
     header = content_header(channel, len(body), properties_bytes)
     if len(body) <= frame_max - FRAME_OVERHEAD:
         # The common small message: one contiguous write of all three frames.
@@ -136,7 +169,7 @@ def deliver(
     properties_bytes: Buffer,
     body: Buffer,
     frame_max: int,
-) -> list[bytes]:
+) -> list[Buffer]:
     """basic.deliver + content header + body frames."""
     args = b"".join(
         (
@@ -161,7 +194,7 @@ def get_ok(
     properties_bytes: Buffer,
     body: Buffer,
     frame_max: int,
-) -> list[bytes]:
+) -> list[Buffer]:
     """basic.get-ok + content header + body frames."""
     args = b"".join(
         (
@@ -185,7 +218,7 @@ def return_(
     properties_bytes: Buffer,
     body: Buffer,
     frame_max: int,
-) -> list[bytes]:
+) -> list[Buffer]:
     """basic.return (unroutable mandatory message) + content header + body frames."""
     args = b"".join(
         (

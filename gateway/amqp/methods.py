@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import platform
 import struct
 from typing import Any
 
 from pamqp import base, commands
 
+from gateway.amqp import unchecked
 from gateway.amqp.errors import AMQPError, CommandInvalid, FrameError, NotAllowed, erlang_binary
 
 METHOD_INDEX = struct.Struct(">I")  # class id << 16 | method id, first in a method frame
@@ -42,8 +44,11 @@ def decode_method(payload: bytes) -> base.Frame:
         detail = f"cannot decode {erlang_binary(payload[4:68], as_text=False)}"
         raise FrameError(detail, index >> 16, index & 0xFFFF) from err
     if getattr(method, "arguments", None):
-        # pamqp drops wire types; RabbitMQ names them in its errors ("of type 'short'").
-        setattr(method, "argument_types", _arguments_types(method, payload[4:]))  # noqa: B010
+        # pamqp drops wire types; RabbitMQ names them in its errors ("of type 'short'"), and
+        # a headers exchange compares nested values with theirs (argument_wire).
+        types, wire = _arguments_types(method, payload[4:])
+        setattr(method, "argument_types", types)  # noqa: B010
+        setattr(method, "argument_wire", wire)  # noqa: B010
     return method
 
 
@@ -54,24 +59,29 @@ _TYPE_NAMES = {
     "D": "decimal", "S": "longstr", "x": "binary", "T": "timestamp", "F": "table",
     "A": "array", "V": "void",
 }  # fmt: skip
+# Kept as sent for the headers exchange: pamqp drops nested types, and reads a timestamp
+# above 2^32 as milliseconds (and a decimal as a Decimal, not RabbitMQ's {scale, unscaled}).
+_KEPT_AS_SENT = frozenset("FATD")
 _FIXED_SIZES = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "f": 4, "l": 8,
                 "d": 8, "T": 8, "D": 5, "V": 0}  # fmt: skip
 
 
-def _arguments_types(method: Any, fields: bytes) -> dict[str, str]:
-    """Wire type names of the top-level ``arguments`` table, always a method's last field.
+def _arguments_types(method: Any, fields: bytes) -> tuple[dict[str, str], dict[str, str]]:
+    """Wire type names of the top-level ``arguments`` table, always a method's last field,
+    and some values as sent (base64 of type code and value; see _KEPT_AS_SENT).
 
     Its offset is what the other fields re-encode to (they have a single encoding).
     """
     arguments = method.arguments
     method.arguments = {}
     try:
-        offset = len(method.marshal()) - 4
+        offset = len(unchecked.marshal(method)) - 4  # the client's names may be any UTF-8
     finally:
         method.arguments = arguments
     end = offset + 4 + struct.unpack_from(">I", fields, offset)[0]
     position = offset + 4
     types: dict[str, str] = {}
+    wire: dict[str, str] = {}
     while position < end:
         size = fields[position]
         name = fields[position + 1 : position + 1 + size].decode("utf-8", "replace")
@@ -83,8 +93,10 @@ def _arguments_types(method: Any, fields: bytes) -> dict[str, str]:
         fixed = _FIXED_SIZES.get(code)
         if fixed is None:
             fixed = 4 + struct.unpack_from(">I", fields, position)[0]
+        if code in _KEPT_AS_SENT:
+            wire[name] = base64.b64encode(fields[position - 1 : position + fixed]).decode()
         position += fixed
-    return types
+    return types, wire
 
 
 def connection_close(error: AMQPError) -> commands.Connection.Close:
@@ -146,12 +158,21 @@ SERVER_CAPABILITIES: dict[str, Any] = dict.fromkeys(
 )
 
 
+COPYRIGHT = "Copyright (c) the mqgw authors."
+INFORMATION = "Licensed under the Apache License 2.0. An AMQP 0-9-1 gateway on a partitioned log."
+
+
 def server_properties_table(version: str, extra: dict[str, Any] | None) -> dict[str, Any]:
-    """connection.start's server-properties: who we are and RabbitMQ's capabilities."""
+    """connection.start's server-properties: RabbitMQ's keys (tools such as the management
+    UI and client logs show cluster_name, copyright and information) and its capabilities.
+    ``extra`` overrides, e.g. the node's own cluster_name."""
     return {
+        "capabilities": dict(SERVER_CAPABILITIES),
+        "cluster_name": f"mqgw@{platform.node()}",
+        "copyright": COPYRIGHT,
+        "information": INFORMATION,
+        "platform": f"Python {platform.python_version()}",
         "product": "mqgw",
         "version": version,
-        "platform": f"Python {platform.python_version()}",
-        "capabilities": dict(SERVER_CAPABILITIES),
         **(extra or {}),
     }

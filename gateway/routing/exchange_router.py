@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.routing.field_terms import Buffer
 from gateway.routing.headers_match import HeadersMatcher, header_terms
 from gateway.routing.topic_trie import TopicTrie
 from meta.amqp_values import infer_type
@@ -40,6 +41,9 @@ class RouteResult:
     queues: set[str]
     exchanges_visited: tuple[str, ...]
     alternate_exchange_used: bool = False
+    # x-delayed-message exchanges that hold the message instead of routing it now (route's
+    # ``hold_delayed``); they route it themselves when it is due.
+    held_by: tuple[str, ...] = ()
 
 
 def header_routing_keys(headers: Mapping[str, Any] | None) -> list[str]:
@@ -116,7 +120,8 @@ class _ExchangeRoutes:
         elif self.kind == "topic":
             self.topic.add(binding.routing_key, destination)
         elif self.kind == "headers":
-            self.headers[identity] = (HeadersMatcher(binding.arguments), destination)
+            matcher = HeadersMatcher(binding.arguments, binding.argument_wire)
+            self.headers[identity] = (matcher, destination)
 
     def remove(self, binding: BindingDef) -> None:
         identity = binding.identity
@@ -135,7 +140,12 @@ class _ExchangeRoutes:
         elif self.kind == "headers":
             self.headers.pop(identity, None)
 
-    def match(self, routing_keys: list[str], headers: Mapping[str, Any] | None) -> set[Destination]:
+    def match(
+        self,
+        routing_keys: list[str],
+        headers: Mapping[str, Any] | None,
+        properties: Buffer | None = None,
+    ) -> set[Destination]:
         if self.kind == "direct":
             if len(routing_keys) == 1:
                 return set(self.by_key.get(routing_keys[0], ()))
@@ -150,7 +160,7 @@ class _ExchangeRoutes:
         if self.kind == "headers":
             if not self.headers:
                 return set()
-            terms = header_terms(headers)
+            terms = header_terms(headers, properties)
             return {dest for matcher, dest in self.headers.values() if matcher.matches(terms)}
         return set()  # an exchange type we cannot route (yet)
 
@@ -256,15 +266,26 @@ class Router:
     # --- routing ---
 
     def route(
-        self, exchange: str, routing_key: str, headers: Mapping[str, Any] | None = None
+        self,
+        exchange: str,
+        routing_key: str,
+        headers: Mapping[str, Any] | None = None,
+        properties: Buffer | None = None,
+        hold_delayed: bool = False,
     ) -> RouteResult:
-        """Queues a message published to ``exchange`` reaches (empty set: unroutable)."""
+        """Queues a message published to ``exchange`` reaches (empty set: unroutable).
+
+        ``properties``: the raw basic properties, for the wire types of headers (see
+        field_terms.py). ``hold_delayed``: the message has an x-delay to wait for, so every
+        x-delayed-message exchange reached, bound exchanges included, holds it (``held_by``)
+        as the plugin's route/2 does, rather than routing it now."""
         start = self._exchanges.get(exchange)
         if start is None:
             raise UnknownExchange(exchange)
         routing_keys = [routing_key, *header_routing_keys(headers)]
         queues: set[str] = set()
         visited: list[str] = []
+        held: list[str] = []
         seen = {exchange}
         work = [start]
         used_alternate = False
@@ -274,7 +295,10 @@ class Router:
             if routes.definition.name == DEFAULT_EXCHANGE:
                 queues.update(key for key in routing_keys if key in self._queues)
                 continue
-            destinations = routes.match(routing_keys, headers)
+            if hold_delayed and routes.definition.type == DELAYED_MESSAGE_EXCHANGE_TYPE:
+                held.append(routes.definition.name)
+                continue  # not its alternate exchange either (see delayed_exchange.py)
+            destinations = routes.match(routing_keys, headers, properties)
             if not destinations:
                 alternate = routes.definition.alternate_exchange
                 if alternate is None:
@@ -289,4 +313,4 @@ class Router:
                     target = self._exchanges.get(name)
                     if target is not None:  # a missing alternate exchange is ignored
                         work.append(target)
-        return RouteResult(queues, tuple(visited), used_alternate)
+        return RouteResult(queues, tuple(visited), used_alternate, tuple(held))

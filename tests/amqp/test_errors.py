@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.amqp import errors
+from gateway.amqp import errors, frame_writer
 from gateway.amqp.errors import AMQPError, erlang_binary, error_for_code
+from gateway.amqp.methods import channel_close
 
 CASES = [
     (errors.ContentTooLarge, 311, False, "CONTENT_TOO_LARGE"),
@@ -50,10 +51,17 @@ def test_base_class_takes_a_ready_text() -> None:
     assert not err.hard and err.reply_text == "PRECONDITION_FAILED - x"
 
 
-def test_reply_text_fits_a_shortstr() -> None:
-    err = errors.PreconditionFailed("ü" * 300)
-    assert len(err.reply_text.encode()) <= 255
-    assert err.reply_text.startswith("PRECONDITION_FAILED - ü")
+def test_reply_text_is_cut_on_the_wire_as_rabbitmq_cuts_it() -> None:
+    """rabbit_binary_generator: above 255 bytes, the first 252 and "...", even inside a UTF-8
+    character (tests/diff/test_diff_names.py shows RabbitMQ doing it)."""
+    err = errors.PreconditionFailed("a" + "ü" * 300)
+    assert err.reply_text == "PRECONDITION_FAILED - a" + "ü" * 300  # whole, for the logs
+    wire = errors.reply_text_bytes(err.reply_text)
+    assert len(wire) == 255 and wire.endswith(b"\xbc\xc3...")  # 23 + 2 * 114 + 1 bytes
+    assert errors.reply_text_bytes("x" * 255) == b"x" * 255
+    assert errors.reply_text_bytes("x" * 256) == b"x" * 252 + b"..."
+    close = frame_writer.method(1, channel_close(err))
+    assert close[7 + 6 : 7 + 6 + 256] == b"\xff" + wire  # u16 code, then the shortstr
 
 
 @pytest.mark.parametrize(

@@ -157,7 +157,7 @@ def drive(conn: ServerConnection, data: bytes, cuts: list[int], decisions: list[
             elif isinstance(event, events.ChannelCloseRequested) and yes:
                 conn.channel_close_ok(event.channel)
             elif isinstance(event, events.Publish):
-                assert isinstance(event.body, bytes)
+                assert isinstance(event.body, bytes | bytearray)  # bytearray: a multi-frame body
                 with contextlib.suppress(AMQPError):  # lazy decode: only AMQPError may escape
                     event.properties  # noqa: B018
                 conn.send_deliver(

@@ -16,7 +16,7 @@ from tests.amqp.helpers import close_of, frame, handshake, parse, start_ok
 
 
 def test_start_is_sent_after_protocol_header_with_rabbitmq_capabilities() -> None:
-    conn = ServerConnection(version="9.9.9")
+    conn = ServerConnection(version="9.9.9", server_properties={"cluster_name": "mqgw@here"})
     assert conn.receive_data(PROTOCOL_HEADER[:5]) == []
     assert conn.data_to_send() == b""
     assert conn.receive_data(PROTOCOL_HEADER[5:]) == []
@@ -35,10 +35,16 @@ def test_start_is_sent_after_protocol_header_with_rabbitmq_capabilities() -> Non
         0,
         9,
         {
+            "capabilities": caps,
+            # RabbitMQ's keys; tests/diff/test_diff_connection.py compares them with its own.
+            "cluster_name": "mqgw@here",
+            "copyright": "Copyright (c) the mqgw authors.",
+            "information": (
+                "Licensed under the Apache License 2.0. An AMQP 0-9-1 gateway on a partitioned log."
+            ),
+            "platform": f"Python {platform.python_version()}",
             "product": "mqgw",
             "version": "9.9.9",
-            "platform": f"Python {platform.python_version()}",
-            "capabilities": caps,
         },
         "PLAIN AMQPLAIN",
         "en_US",

@@ -172,6 +172,40 @@ def test_mandatory_is_returned_at_once_and_still_delivered(gateway: GatewayProce
     conn.close()
 
 
+def test_a_delayed_exchange_behind_an_exchange_binding_holds_the_message_too(
+    gateway: GatewayProcess,
+) -> None:
+    """rabbit_exchange:route/2 calls the plugin's route/2 for every exchange it reaches, so a
+    delayed exchange bound to the one published to holds its copy; the other bindings get
+    theirs at once. The delayed copy keeps the exchange it was published to."""
+    conn, ch = _channel(gateway)
+    _setup(ch)  # dx (delayed) -> dq
+    ch.exchange_declare("front", "direct")
+    ch.exchange_bind("dx", "front", "k")
+    ch.queue_declare("now")
+    ch.queue_bind("now", "front", "k")
+    ch.confirm_delivery()
+    sent = time.time()
+    ch.basic_publish("front", "k", b"m", _delayed_props(400))
+    _method, props, data = ch.basic_get("now", auto_ack=True)
+    assert data == b"m" and props.headers == {"x-delay": 400}  # not held on this path
+    assert ch.basic_get("dq")[0] is None  # held
+    method, props, data = check_for(10, lambda: _got(ch.basic_get("dq", auto_ack=True)))
+    assert time.time() >= sent + 0.4
+    assert (data, method.exchange, props.headers) == (b"m", "front", {"x-delay": -400})
+    # Only the delayed path: nothing routed now, so a mandatory publish is returned (and
+    # still delivered later), as for a publish to the delayed exchange itself.
+    ch.queue_unbind("now", "front", "k")
+    with pytest.raises(pika.exceptions.UnroutableError):
+        ch.basic_publish("front", "k", b"later", _delayed_props(100), mandatory=True)
+    assert check_for(10, lambda: ch.basic_get("dq", auto_ack=True)[2]) == b"later"
+    conn.close()
+
+
+def _got(result: tuple[Any, Any, Any]) -> tuple[Any, Any, Any] | None:
+    return result if result[0] is not None else None
+
+
 def test_a_transaction_holds_its_delayed_messages_until_commit(gateway: GatewayProcess) -> None:
     conn, ch = _channel(gateway)
     _setup(ch)

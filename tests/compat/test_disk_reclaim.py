@@ -15,6 +15,7 @@ from tests.harness.processes import GatewayProcess, check_for
 SEGMENT = 1 << 20
 ENV = {
     "MQGW_SEGMENT_SIZE_BYTES": str(SEGMENT),
+    "MQGW_MAX_MESSAGE_SIZE_BYTES": str(SEGMENT // 2),  # a segment must hold the largest one
     "MQGW_RETENTION_CHECK_INTERVAL_MS": "200",
     "MQGW_OFFSET_PERSIST_INTERVAL_MS": "200",
     "MQGW_FLUSH": "async",

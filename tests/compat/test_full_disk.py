@@ -85,6 +85,7 @@ meta.metadata_file.write_file_atomically = write_metadata
 def _env(disk: SmallDisk) -> dict[str, str]:
     env = {
         "MQGW_SEGMENT_SIZE_BYTES": str(4 << 20),
+        "MQGW_MAX_MESSAGE_SIZE_BYTES": str(1 << 20),  # a segment must hold the largest message
         "MQGW_MIN_FREE_DISK_BYTES": str(1 << 20),
         "MQGW_CHECKPOINT_INTERVAL_MS": "200",
         "MQGW_OFFSET_PERSIST_INTERVAL_MS": "200",

@@ -19,7 +19,8 @@ import pytest
 from tests.harness.processes import GatewayProcess
 
 ENV = {
-    "MQGW_SEGMENT_SIZE_BYTES": str(64 << 10),
+    "MQGW_SEGMENT_SIZE_BYTES": str(128 << 10),
+    "MQGW_MAX_MESSAGE_SIZE_BYTES": str(32 << 10),  # a segment must hold the largest message
     "MQGW_RETENTION_CHECK_INTERVAL_MS": "50",
     "MQGW_CHECKPOINT_INTERVAL_MS": "100",
     "MQGW_OFFSET_PERSIST_INTERVAL_MS": "100",

@@ -84,6 +84,7 @@ def test_disk_overflow_drop_oldest_keeps_publishers_going_within_the_budget(
     data = tmp_path / "data"
     env = {
         "MQGW_SEGMENT_SIZE_BYTES": str(SEGMENT),
+        "MQGW_MAX_MESSAGE_SIZE_BYTES": str(SEGMENT // 2),  # a segment must hold the largest
         "MQGW_DISK_BUDGET_BYTES": str(4 * SEGMENT),
         "MQGW_RETENTION_CHECK_INTERVAL_MS": "200",
         "MQGW_OFFSET_PERSIST_INTERVAL_MS": "200",

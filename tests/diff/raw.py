@@ -13,7 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pamqp import base, commands, frame, header
+from pamqp import base, commands, exceptions, frame, header
+
+from gateway.amqp import frame_writer, unchecked
 
 FRAME_END = b"\xce"
 
@@ -45,19 +47,21 @@ class RawClient:
     timeout_s: float = 5.0
     username: str = "guest"
     password: str = "guest"
+    channel_max: int = 0  # 0: what the server proposes
 
     def __post_init__(self) -> None:
         self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout_s)
         self.buffer = b""
         self.pending: list[tuple[int, Any]] = []  # frames read ahead of a wait
         self.closed: tuple[int, base.Frame] | None = None
+        self.start: base.Frame | None = None  # the server's connection.start
 
     # -- handshake ------------------------------------------------------------------------
 
     def connect(self) -> base.Frame:
         """Open the connection; returns Connection.OpenOk or the server's close."""
         self.sock.sendall(header.ProtocolHeader().marshal())
-        self.wait_method(0, commands.Connection.Start)
+        self.start = self.wait_method(0, commands.Connection.Start)
         self.send(
             0,
             commands.Connection.StartOk(
@@ -69,7 +73,8 @@ class RawClient:
         tune = self.wait_method(0, commands.Connection.Tune)
         assert isinstance(tune, commands.Connection.Tune)
         self.frame_max = min(self.frame_max, tune.frame_max or self.frame_max)
-        self.send(0, commands.Connection.TuneOk(tune.channel_max, self.frame_max, 0))
+        channel_max = self.channel_max or tune.channel_max
+        self.send(0, commands.Connection.TuneOk(channel_max, self.frame_max, 0))
         self.send(0, commands.Connection.Open(self.vhost))
         return self.next_method(0)
 
@@ -92,7 +97,8 @@ class RawClient:
     # -- sending --------------------------------------------------------------------------
 
     def send(self, channel: int, method: base.Frame) -> None:
-        self.sock.sendall(frame.marshal(method, channel))
+        # The server's encoder: any UTF-8 name, which pamqp's own refuses (its ASCII pattern).
+        self.sock.sendall(frame_writer.method(channel, method))
 
     def send_frame(self, kind: int, channel: int, payload: bytes) -> None:
         """Any frame, well-formed or not (for the protocol-error scenarios)."""
@@ -119,21 +125,26 @@ class RawClient:
         mandatory: bool = False,
         immediate: bool = False,
     ) -> None:
-        method = commands.Basic.Publish(
-            exchange=exchange, routing_key=routing_key, mandatory=mandatory, immediate=immediate
+        method = unchecked.build(
+            commands.Basic.Publish,
+            exchange=exchange,
+            routing_key=routing_key,
+            mandatory=mandatory,
+            immediate=immediate,
         )
-        data = frame.marshal(method, channel)
+        data = [frame_writer.method(channel, method)]
         if raw_properties is None:
             content = header.ContentHeader(0, len(body), properties or commands.Basic.Properties())
-            data += frame.marshal(content, channel)
+            data.append(frame.marshal(content, channel))
         else:
             payload = struct.pack(">HHQ", 60, 0, len(body)) + raw_properties
-            data += struct.pack(">BHI", 2, channel, len(payload)) + payload + FRAME_END
+            data.append(struct.pack(">BHI", 2, channel, len(payload)) + payload + FRAME_END)
         chunk = self.frame_max - 8
+        view = memoryview(body)
         for start in range(0, len(body), chunk):
-            piece = body[start : start + chunk]
-            data += struct.pack(">BHI", 3, channel, len(piece)) + piece + FRAME_END
-        self.sock.sendall(data)
+            piece = view[start : start + chunk]
+            data += (struct.pack(">BHI", 3, channel, len(piece)), piece, FRAME_END)
+        self.sock.sendall(b"".join(data))
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -167,8 +178,7 @@ class RawClient:
             if kind == 8:
                 continue  # heartbeat
             assert kind == 1, f"unexpected frame type {kind}"
-            raw = struct.pack(">BHI", kind, channel, len(payload)) + payload + FRAME_END
-            method = frame.unmarshal(raw)[2]
+            method = _decode_method(kind, channel, payload)
             if isinstance(method, commands.Connection.Close):
                 self.closed = (channel, method)
                 self.send(0, commands.Connection.CloseOk())
@@ -225,6 +235,30 @@ class RawClient:
                 items.append("socket closed")
                 break
         return items
+
+
+def _decode_method(kind: int, channel: int, payload: bytes) -> base.Frame:
+    """pamqp's decoding, except for a close whose reply text RabbitMQ cut inside a UTF-8
+    character (it cuts at 252 bytes): that text is kept with surrogate escapes, so that
+    equal bytes compare equal."""
+    raw = struct.pack(">BHI", kind, channel, len(payload)) + payload + FRAME_END
+    try:
+        return frame.unmarshal(raw)[2]  # type: ignore[no-any-return]
+    except exceptions.UnmarshalingException:
+        index = struct.unpack_from(">I", payload)[0]
+        close_class = {c.index: c for c in (commands.Channel.Close, commands.Connection.Close)}
+        if index not in close_class:
+            raise
+    code, length = struct.unpack_from(">HB", payload, 4)
+    text = payload[7 : 7 + length].decode("utf-8", "surrogateescape")
+    class_id, method_id = struct.unpack_from(">HH", payload, 7 + length)
+    return unchecked.build(
+        close_class[index],
+        reply_code=code,
+        reply_text=text,
+        class_id=class_id,
+        method_id=method_id,
+    )
 
 
 def describe_close(method: base.Frame) -> tuple[str, int, str, int, int]:

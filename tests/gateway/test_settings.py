@@ -13,6 +13,8 @@ from gateway.config_sources import ConfigError, resolve, setting_fields, value_k
 from gateway.settings import GatewaySettings
 from mqgw_cli.config_commands import effective, flags_given
 from mqgw_cli.main import build_parser
+from storage.commit_log import CommitLog
+from storage.file_system import FileSystem
 
 
 def _flags(*argv: str) -> dict[str, Any]:
@@ -57,11 +59,12 @@ def test_every_store_setting_reaches_store_config(tmp_path: Path, key: str, sour
     value = STORE_SETTINGS[key]
     text = str(value).lower()
     flags: dict[str, Any] = {}
-    env: dict[str, str] = {}
+    # Small segments must hold the largest message: a smaller one than the default.
+    env: dict[str, str] = {"MQGW_MAX_MESSAGE_SIZE_BYTES": str(64 << 10)}
     if source == "file":
         flags = _flags("--config", str(_toml(tmp_path, f"{key.replace('_', '-')} = {text}\n")))
     elif source == "env":
-        env = {f"MQGW_{key.upper()}": text}
+        env[f"MQGW_{key.upper()}"] = text
     elif isinstance(value, bool):
         flags = _flags(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
     else:
@@ -69,6 +72,49 @@ def test_every_store_setting_reaches_store_config(tmp_path: Path, key: str, sour
     resolved = resolve(flags, env)
     assert getattr(resolved.settings.store_config(), key) == value
     assert resolved.source(key).kind == source
+
+
+def test_message_size_defaults_to_rabbitmq_3x_and_sizes_the_store_records() -> None:
+    settings = resolve({}, {}).settings
+    assert settings.max_message_size_bytes == 128 << 20  # RabbitMQ 3.10's max_message_size
+    assert settings.store_config().max_record_bytes == (128 << 20) + (64 << 10)
+    largest = resolve({}, {"MQGW_MAX_MESSAGE_SIZE_BYTES": str(512 << 20)}).settings
+    assert largest.store_config().max_record_bytes == (512 << 20) + (64 << 10)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (
+            {"MQGW_MAX_MESSAGE_SIZE_BYTES": str((512 << 20) + 1)},
+            "max_message_size_bytes: Value error, at most 536870912 (512 MiB, RabbitMQ's limit)"
+            " (got '536870913' from env MQGW_MAX_MESSAGE_SIZE_BYTES)",
+        ),
+        (
+            {"MQGW_SEGMENT_SIZE_BYTES": str(1 << 20)},
+            "segment_size_bytes: Value error, a segment of 1048576 bytes cannot hold the largest "
+            "message (max_message_size_bytes 134217728 plus 65536 bytes of record headers): "
+            "make segment_size_bytes at least 134283320 or lower max_message_size_bytes",
+        ),
+    ],
+)
+def test_message_size_beyond_what_rabbitmq_or_a_segment_holds_is_refused(
+    env: dict[str, str], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve({}, env)
+    assert expected in str(info.value)
+
+
+def test_the_segment_size_the_error_asks_for_is_enough(tmp_path: Path) -> None:
+    env = {"MQGW_MAX_MESSAGE_SIZE_BYTES": "1000000"}
+    with pytest.raises(ConfigError, match="at least 1065592 "):
+        resolve({}, {**env, "MQGW_SEGMENT_SIZE_BYTES": "1065591"})
+    config = resolve({}, {**env, "MQGW_SEGMENT_SIZE_BYTES": "1065592"}).settings.store_config()
+    # The commitlog takes that record limit with that segment (it refuses one that does not fit).
+    CommitLog(FileSystem(), tmp_path, config.segment_size_bytes, config.max_record_bytes)
+    with pytest.raises(ValueError, match="must fit in one commitlog segment"):
+        CommitLog(FileSystem(), tmp_path, config.segment_size_bytes - 1, config.max_record_bytes)
 
 
 def test_hyphenated_keys_and_apply_to_in_the_file(tmp_path: Path) -> None:
