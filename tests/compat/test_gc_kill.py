@@ -27,6 +27,9 @@ ENV = {
     "MQGW_GC_MAX_LIVE_RATIO": "0.5",
 }
 BODY = b"." * 500
+# Persistent: transient messages do not survive a restart (as in RabbitMQ), and this test
+# restarts after every kill.
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 class Traffic:
@@ -63,10 +66,10 @@ class Traffic:
                 self.next_id += 1
                 if i % 25 == 0:
                     self.attempted_stuck.append(i)
-                    ch.basic_publish("", "stuck", b"%08d" % i + BODY)
+                    ch.basic_publish("", "stuck", b"%08d" % i + BODY, PERSISTENT)
                     self.confirmed_stuck.append(i)
                 else:
-                    ch.basic_publish("", "busy", b"%08d" % i + BODY)
+                    ch.basic_publish("", "busy", b"%08d" % i + BODY, PERSISTENT)
                     self.confirmed_busy.append(i)
         except (pika.exceptions.AMQPError, OSError):
             return  # the gateway was killed: what was not confirmed does not count
