@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Coroutine
 from itertools import count
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pamqp import commands
@@ -139,7 +140,7 @@ class Node:
         await self.controls.load()
         known: set[int] = {TIMER_QUEUE_ID}
         for vhost_def in await self.meta.list_vhosts():
-            vhost = await self._open_vhost(vhost_def.name)
+            vhost = await self.open_vhost(vhost_def.name)
             known.update(vhost.queues_by_id)
         for queue_id in await self.store.queues():
             if queue_id not in known:  # a transient queue from before a restart
@@ -148,9 +149,6 @@ class Node:
         await self.check_resources()
 
     async def open_vhost(self, name: str) -> VirtualHost:
-        return await self._open_vhost(name)
-
-    async def _open_vhost(self, name: str) -> VirtualHost:
         vhost = VirtualHost(
             name, self.meta, self.store, self.scheduler, self.settings.queue_partitions
         )
@@ -165,7 +163,7 @@ class Node:
         """Create a vhost at run time (the admin API, definitions import)."""
         await self.meta.add_vhost(definition)
         if definition.name not in self.vhosts:
-            await self._open_vhost(definition.name)
+            await self.open_vhost(definition.name)
             log.info("vhost %r created", definition.name)
 
     def _queue_attached(self, queue: QueueRuntime) -> None:
@@ -220,22 +218,15 @@ class Node:
 
     async def authenticate(self, username: str, password: bytes) -> User | None:
         """Checked by the metadata store; while it is unreachable (Redis down) against the
-        users this gateway saw last, so that clients can still connect to what exists.
-        After one call found it away, the next few seconds' logins do not wait for it."""
+        users this gateway saw last, so that clients can still connect to what exists."""
         try:
             text = password.decode()
         except UnicodeDecodeError:
             return None
-        if time.monotonic() >= self._meta_down_until:
-            try:
-                with anyio.fail_after(LOGIN_META_WAIT_S):
-                    user = await self.meta.authenticate(username, text)
-            except (MetadataUnavailable, TimeoutError) as error:
-                self._meta_down_until = time.monotonic() + META_RETRY_S
-                log.warning("logins use the users known here: metadata store: %s", error or "slow")
-            else:
-                self._remember(username, user)
-                return user
+        found, user = await self._ask_meta(self.meta.authenticate(username, text))
+        if found:
+            self._remember(username, user)
+            return user
         known = self.known_users.get(username)
         if known is None or not check_password(text, known.password_hash, known.hashing_algorithm):
             return None
@@ -246,16 +237,25 @@ class Node:
         return self.known_users.get(name)
 
     async def get_user(self, name: str) -> User | None:
-        if time.monotonic() >= self._meta_down_until:
-            try:
-                with anyio.fail_after(LOGIN_META_WAIT_S):
-                    user = await self.meta.get_user(name)
-            except (MetadataUnavailable, TimeoutError):
-                self._meta_down_until = time.monotonic() + META_RETRY_S
-            else:
-                self._remember(name, user)
-                return user
+        found, user = await self._ask_meta(self.meta.get_user(name))
+        if found:
+            self._remember(name, user)
+            return user
         return self.known_users.get(name)
+
+    async def _ask_meta(self, call: Coroutine[Any, Any, User | None]) -> tuple[bool, User | None]:
+        """(True, answer) from the metadata store, or (False, None) when it is away or slow.
+        After one call found it away, the next few seconds' logins do not wait for it."""
+        if time.monotonic() < self._meta_down_until:
+            call.close()
+            return False, None
+        try:
+            with anyio.fail_after(LOGIN_META_WAIT_S):
+                return True, await call
+        except (MetadataUnavailable, TimeoutError) as error:
+            self._meta_down_until = time.monotonic() + META_RETRY_S
+            log.warning("logins use the users known here: metadata store: %s", error or "slow")
+            return False, None
 
     async def refresh_users(self) -> None:
         self.known_users = {user.name: user for user in await self.meta.list_users()}

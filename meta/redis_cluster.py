@@ -149,20 +149,18 @@ class RedisClusterRegistry(RedisStoreBase):
         key = self._keys.delivery_lease(name)
         await self._conn.run(lambda: self._drop_script(keys=[key], args=[owner]))
 
-    @property
-    def _hold_script(self) -> Any:
-        script = getattr(self, "_hold_lease_script", None)
-        if script is None:
-            script = self._conn.client.register_script(_HOLD_LEASE)
-            self._hold_lease_script = script
-        return script
+    def _hold_script(self, **call: Any) -> Any:
+        return self._script("_hold_lease_script", _HOLD_LEASE)(**call)
 
-    @property
-    def _drop_script(self) -> Any:
-        script = getattr(self, "_drop_lease_script", None)
+    def _drop_script(self, **call: Any) -> Any:
+        return self._script("_drop_lease_script", _DROP_LEASE)(**call)
+
+    def _script(self, attribute: str, source: str) -> Any:
+        """A Lua script registered on first use (the base class's __init__ is shared)."""
+        script = getattr(self, attribute, None)
         if script is None:
-            script = self._conn.client.register_script(_DROP_LEASE)
-            self._drop_lease_script = script
+            script = self._conn.client.register_script(source)
+            setattr(self, attribute, script)
         return script
 
     # --- broker registry ---

@@ -145,12 +145,12 @@ class EmbeddedStore:
         """After a crash: per partition, the index length found at open (messages below it
         may have been delivered before the crash: RabbitMQ flags them redelivered). Empty
         after a clean shutdown."""
-        return {p: n for (q, p), n in self.log.unclean_marks.items() if q == queue_id}
+        return _of_queue(self.log.unclean_marks, queue_id)
 
     async def restart_marks(self, queue_id: int) -> dict[int, int]:
         """Per partition, the index length found when the store opened: messages below were
         stored by an earlier run (transient ones there are dropped, as RabbitMQ drops them)."""
-        return {p: n for (q, p), n in self.log.restart_marks.items() if q == queue_id}
+        return _of_queue(self.log.restart_marks, queue_id)
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
         return self.log.offset_for_time(queue_id, partition, ts_ms)
@@ -275,6 +275,10 @@ class EmbeddedStore:
         )
         if cfg.gc_max_live_ratio > 0:
             tg.start_soon(self._collect_forever)
+
+
+def _of_queue(marks: dict[tuple[int, int], int], queue_id: int) -> dict[int, int]:
+    return {p: n for (q, p), n in marks.items() if q == queue_id}
 
 
 @asynccontextmanager

@@ -3,13 +3,33 @@ also read by a broadcast group, and what each reader can still read."""
 
 from __future__ import annotations
 
-from storage import QUEUE_GROUP, LogStore
+import dataclasses
+from pathlib import Path
+
+from storage import QUEUE_GROUP, LogStore, StoreConfig
 from tests.storage.helpers import rec
 
 FILL = b"." * 200  # ~ 17 records a 4 KiB segment
 QUEUES = {0: 10, 1: 11, 2: 12}
 # (queue, group) pairs that commit: queue 12 is read by its own group and a broadcast one.
 READERS = [(10, QUEUE_GROUP), (11, QUEUE_GROUP), (12, QUEUE_GROUP), (12, "broadcast:x")]
+
+
+def small_config(root: Path, **overrides: object) -> StoreConfig:
+    """4 KiB segments and 16-entry index files: reclaim and collection happen every few
+    appends."""
+    config = StoreConfig(
+        root / "store", segment_size_bytes=4096, cq_entries_per_segment=16,
+        max_record_bytes=1024,
+    )  # fmt: skip
+    return dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
+
+
+def make_durable(store: LogStore) -> None:
+    """What housekeeping does before reclaim may delete: fsync, checkpoint, offsets."""
+    store.flush()
+    store.checkpoint()
+    store.persist_offsets()
 
 
 class ReadingModel:

@@ -4,7 +4,6 @@ crash point of a collection."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import QUEUE_GROUP, LogStore, StoreConfig
+from storage import QUEUE_GROUP, LogStore
 from storage.check import check_store
 from storage.collector import (
     JOURNAL_NAME,
@@ -23,23 +22,7 @@ from storage.collector import (
 )
 from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE
 from tests.storage.helpers import rec
-from tests.storage.reading_model import ReadingModel
-
-FILL = b"." * 200  # ~ 17 records a 4 KiB segment
-
-
-def _config(root: Path, **overrides: object) -> StoreConfig:
-    config = StoreConfig(
-        root / "store", segment_size_bytes=4096, cq_entries_per_segment=16,
-        max_record_bytes=1024,
-    )  # fmt: skip
-    return dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
-
-
-def _durable(store: LogStore) -> None:
-    store.flush()
-    store.checkpoint()
-    store.persist_offsets()
+from tests.storage.reading_model import FILL, ReadingModel, make_durable, small_config
 
 
 def _stuck_and_busy(store: LogStore, rounds: int, collect: bool = True) -> None:
@@ -52,9 +35,9 @@ def _stuck_and_busy(store: LogStore, rounds: int, collect: bool = True) -> None:
         store.append([rec(b"%05d" % i + FILL, (2, 0))])
         store.commit_offset(QUEUE_GROUP, 2, 0, i + 1)
         if collect and i % 10 == 9:
-            _durable(store)
+            make_durable(store)
             collect_now(store)
-            _durable(store)
+            make_durable(store)
             store.apply_retention()
 
 
@@ -63,7 +46,7 @@ def _bodies(store: LogStore, queue_id: int, start: int = 0) -> list[bytes]:
 
 
 def test_one_stuck_message_no_longer_holds_the_log(tmp_path: Path) -> None:
-    store = LogStore.open(_config(tmp_path))
+    store = LogStore.open(small_config(tmp_path))
     _stuck_and_busy(store, 400)  # ~ 24 segments of traffic
     # Without collection every segment since the stuck message would still be on disk.
     assert len(store.commit_log.files.segments) <= 3
@@ -76,8 +59,8 @@ def test_one_stuck_message_no_longer_holds_the_log(tmp_path: Path) -> None:
     assert (message.exchange, message.routing_key, message.born_ts_ms) == (b"ex", b"rk", 7)
     assert bytes(message.properties) == b"\x90\x00\x02" and message.flags == 1
     store.close()
-    assert check_store(_config(tmp_path)).ok  # copies are valid records to the checker
-    store = LogStore.open(_config(tmp_path))
+    assert check_store(small_config(tmp_path)).ok  # copies are valid records to the checker
+    store = LogStore.open(small_config(tmp_path))
     assert _bodies(store, 1) == [b"stuck" + FILL]
     assert store.partition_range(1, 0) == (0, 1)  # recovery indexed no copy as a new message
     store.close()
@@ -86,7 +69,7 @@ def test_one_stuck_message_no_longer_holds_the_log(tmp_path: Path) -> None:
 def test_a_dense_head_goes_together_with_the_sparse_segments_behind_it(tmp_path: Path) -> None:
     """Copies of stuck messages end up dense at the head; alone it is too live to copy, so
     it is collected together with the consumed segments behind it (which it would pin)."""
-    store = LogStore.open(_config(tmp_path))
+    store = LogStore.open(small_config(tmp_path))
     store.create_queue(1, 1)
     store.create_queue(2, 1)
     for i in range(20):  # ~ 1.2 segments of stuck messages, nothing else
@@ -97,9 +80,9 @@ def test_a_dense_head_goes_together_with_the_sparse_segments_behind_it(tmp_path:
             store.append([rec(b"busy" + FILL, (2, 0))])
             busy += 1
         store.commit_offset(QUEUE_GROUP, 2, 0, busy)
-        _durable(store)
+        make_durable(store)
         while collect_now(store) is not None:
-            _durable(store)
+            make_durable(store)
         store.apply_retention()
     live_segments = 2 + 1  # the stuck messages, plus the active segment
     assert len(store.commit_log.files.segments) <= live_segments + 1
@@ -107,27 +90,27 @@ def test_a_dense_head_goes_together_with_the_sparse_segments_behind_it(tmp_path:
 
 
 def test_a_segment_mostly_live_is_left_alone(tmp_path: Path) -> None:
-    store = LogStore.open(_config(tmp_path))
+    store = LogStore.open(small_config(tmp_path))
     store.create_queue(1, 1)
     for i in range(60):
         store.append([rec(b"%05d" % i + FILL, (1, 0))])
-    _durable(store)
+    make_durable(store)
     assert collect_now(store) is None  # every record live: copying would only add bytes
     assert store.commit_log.write_offset == store.durable_offset
 
 
 def test_fanout_record_is_copied_once_and_every_queue_follows(tmp_path: Path) -> None:
-    store = LogStore.open(_config(tmp_path))
+    store = LogStore.open(small_config(tmp_path))
     for q in (1, 2, 3):
         store.create_queue(q, 1)
     store.append([rec(b"shared" + FILL, (1, 0), (2, 0))])
     for i in range(40):
         store.append([rec(b"%05d" % i + FILL, (3, 0))])
     store.commit_offset(QUEUE_GROUP, 3, 0, 40)
-    _durable(store)
+    make_durable(store)
     relocation = collect_now(store)
     assert relocation is not None and relocation.records == 1 and len(relocation.moves) == 2
-    _durable(store)
+    make_durable(store)
     store.apply_retention()
     assert store.commit_log.min_offset > 0
     assert _bodies(store, 1) == _bodies(store, 2) == [b"shared" + FILL]
@@ -136,17 +119,17 @@ def test_fanout_record_is_copied_once_and_every_queue_follows(tmp_path: Path) ->
 def test_consumed_before_the_repoint_is_not_resurrected(tmp_path: Path) -> None:
     """A consumer that commits between the copy and the re-point: the copy is never read
     (the entry may still be re-pointed, but it lies below the committed offset)."""
-    store = LogStore.open(_config(tmp_path))
+    store = LogStore.open(small_config(tmp_path))
     _stuck_and_busy(store, 40, collect=False)
     store.append([rec(b"more" + FILL, (2, 0))])
-    _durable(store)
+    make_durable(store)
     relocation = plan_relocation(store, store.clock(), 0.5)
     assert relocation is not None
     store.commit_offset(QUEUE_GROUP, 1, 0, 1)
     store.flush()
     apply_repoints(store, relocation.moves)
     store.gc_hold = None
-    _durable(store)
+    make_durable(store)
     store.apply_retention()
     assert _bodies(store, 1, 1) == [] and store.queue_stats(1).ready == 0
 
@@ -157,10 +140,10 @@ def _entry(store: LogStore, queue_id: int, logical: int) -> tuple[int, int, int]
 
 
 def test_a_crash_after_the_journal_finishes_the_relocation_at_open(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+    config = small_config(tmp_path)
     store = LogStore.open(config)
     _stuck_and_busy(store, 40, collect=False)
-    _durable(store)
+    make_durable(store)
     old = _entry(store, 1, 0)
     relocation = plan_relocation(store, store.clock(), 0.5)
     assert relocation is not None
@@ -177,7 +160,7 @@ def test_a_crash_after_the_journal_finishes_the_relocation_at_open(tmp_path: Pat
     assert new[0] == relocation.moves[0].new_commit != old[0]
     assert _bodies(store, 1) == [b"stuck" + FILL]
     assert store.partition_range(1, 0) == (0, 1)
-    _durable(store)
+    make_durable(store)
     store.apply_retention()
     assert store.commit_log.min_offset > old[0]
     assert _bodies(store, 1) == [b"stuck" + FILL]
@@ -185,10 +168,10 @@ def test_a_crash_after_the_journal_finishes_the_relocation_at_open(tmp_path: Pat
 
 
 def test_a_crash_before_the_journal_leaves_only_unreferenced_copies(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+    config = small_config(tmp_path)
     store = LogStore.open(config)
     _stuck_and_busy(store, 40, collect=False)
-    _durable(store)
+    make_durable(store)
     old = _entry(store, 1, 0)
     assert plan_relocation(store, store.clock(), 0.5) is not None
     store.flush()
@@ -207,10 +190,10 @@ def test_relocated_entries_are_flagged_and_skipped_when_finding_the_last_dispatc
 ) -> None:
     """Recovery re-dispatches after a queue's last *dispatched* record: a relocated entry at
     the end of a queue points further ahead and must not hide records behind it."""
-    config = _config(tmp_path)
+    config = small_config(tmp_path)
     store = LogStore.open(config)
     _stuck_and_busy(store, 40, collect=False)
-    _durable(store)
+    make_durable(store)
     assert collect_now(store) is not None
     assert _entry(store, 1, 0)[1] & (1 << 31)
     # A new message for queue 1, dispatched in memory but its index entry lost in a crash:
@@ -228,7 +211,7 @@ def test_space_amplification_stays_bounded_with_a_stuck_queue_beside_a_busy_one(
     tmp_path: Path,
 ) -> None:
     """Live bytes: the stuck queue's messages and the busy queue's steady backlog of 50."""
-    store = LogStore.open(_config(tmp_path))
+    store = LogStore.open(small_config(tmp_path))
     store.create_queue(1, 1)
     store.create_queue(2, 1)
     worst = 0.0
@@ -240,7 +223,7 @@ def test_space_amplification_stays_bounded_with_a_stuck_queue_beside_a_busy_one(
         store.append([rec(b"%05d" % i + FILL, (2, 0))])
         store.commit_offset(QUEUE_GROUP, 2, 0, max(0, i + 1 - 50))
         if i % 10 == 9:
-            _durable(store)
+            make_durable(store)
             while collect_now(store) is not None:
                 store.flush()
                 store.checkpoint()
@@ -276,7 +259,7 @@ def test_collection_never_loses_or_duplicates_what_a_group_can_read(
     steps: list[tuple[str, int, object]],
 ) -> None:
     root = Path(tempfile.mkdtemp())
-    config = _config(root, gc_max_live_ratio=0.9)  # collect often: that is what is tested
+    config = small_config(root, gc_max_live_ratio=0.9)  # collect often: that is what is tested
     store = LogStore.open(config)
     model = ReadingModel(store)
     for action, a, b in steps:
@@ -286,12 +269,12 @@ def test_collection_never_loses_or_duplicates_what_a_group_can_read(
         elif action == "commit":
             model.commit(store, a, int(b))  # type: ignore[call-overload]
         elif action == "collect":
-            _durable(store)
+            make_durable(store)
             while collect_now(store) is not None:
-                _durable(store)
+                make_durable(store)
                 store.apply_retention()
         elif action == "crash_mid_collect":
-            _durable(store)
+            make_durable(store)
             relocation = plan_relocation(store, store.clock(), 0.9)
             if relocation is not None:
                 store.flush()
@@ -302,7 +285,7 @@ def test_collection_never_loses_or_duplicates_what_a_group_can_read(
             store._release()
             store = LogStore.open(config)
         else:
-            _durable(store)
+            make_durable(store)
             store.apply_retention()
             store.close()
             store = LogStore.open(config)

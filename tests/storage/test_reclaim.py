@@ -13,39 +13,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import QUEUE_GROUP, LogStore, StoreConfig, open_embedded_store
+from storage import QUEUE_GROUP, LogStore, open_embedded_store
 from tests.storage.conftest import FakeClock
 from tests.storage.helpers import rec
-from tests.storage.reading_model import ReadingModel
-
-FILL = b"." * 200  # ~ 17 records a 4 KiB segment
-
-
-def _config(tmp_path: Path, **overrides: object) -> StoreConfig:
-    config = StoreConfig(
-        tmp_path / "store", segment_size_bytes=4096, cq_entries_per_segment=16,
-        max_record_bytes=1024,
-    )  # fmt: skip
-    return dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
-
-
-def _durable(store: LogStore) -> None:
-    store.flush()
-    store.checkpoint()
-    store.persist_offsets()
+from tests.storage.reading_model import FILL, ReadingModel, make_durable, small_config
 
 
 def test_consumed_segments_go_and_a_slow_queue_keeps_what_it_has_not_read(
     tmp_path: Path,
 ) -> None:
-    store = LogStore.open(_config(tmp_path))
+    store = LogStore.open(small_config(tmp_path))
     store.create_queue(1, 1)  # busy, keeps up
     store.create_queue(2, 1)  # slow
     for i in range(100):
         store.append([rec(b"%03d" % i + FILL, (1, 0), (2, 0))])
     store.commit_offset(QUEUE_GROUP, 1, 0, 100)
     store.commit_offset(QUEUE_GROUP, 2, 0, 40)
-    _durable(store)
+    make_durable(store)
     segments_before = len(store.commit_log.files.segments)
     report = store.apply_retention()
     assert report.deleted_segments > 0 and report.dropped_unread == {}
@@ -56,20 +40,20 @@ def test_consumed_segments_go_and_a_slow_queue_keeps_what_it_has_not_read(
     assert [bytes(m.body[:3]) for m in unread] == [b"%03d" % i for i in range(40, 100)]
 
     store.commit_offset(QUEUE_GROUP, 2, 0, 100)
-    _durable(store)
+    make_durable(store)
     store.apply_retention()
     assert len(store.commit_log.files.segments) == 1  # only the active segment is left
     store.close()
 
 
 def test_a_commit_not_yet_persisted_pins_nothing_a_restart_needs(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+    config = small_config(tmp_path)
     store = LogStore.open(config)
     store.create_queue(1, 1)
     for i in range(100):
         store.append([rec(b"%03d" % i + FILL, (1, 0))])
     store.commit_offset(QUEUE_GROUP, 1, 0, 20)
-    _durable(store)  # offsets.json says 20
+    make_durable(store)  # offsets.json says 20
     store.commit_offset(QUEUE_GROUP, 1, 0, 100)  # acked since, not yet persisted
     store.apply_retention()
     # A crash now restarts from offset 20: it must still be readable.
@@ -85,18 +69,18 @@ def test_other_groups_pin_too_and_min_retention_keeps_consumed_segments(
     tmp_path: Path,
 ) -> None:
     clock = FakeClock(1_000_000)
-    store = LogStore.open(_config(tmp_path, min_retention_ms=60_000), clock=clock)
+    store = LogStore.open(small_config(tmp_path, min_retention_ms=60_000), clock=clock)
     store.create_queue(1, 1)
     for i in range(100):
         store.append([rec(b"%03d" % i + FILL, (1, 0))])
     store.commit_offset(QUEUE_GROUP, 1, 0, 100)
     store.commit_offset("broadcast:audit", 1, 0, 10)  # a broadcast position far behind
-    _durable(store)
+    make_durable(store)
     clock.now_ms += 120_000
     store.apply_retention()
     assert bytes(store.read(1, 0, 10, 5).messages[0].body[:3]) == b"010"
     store.commit_offset("broadcast:audit", 1, 0, 100)
-    _durable(store)
+    make_durable(store)
     clock.now_ms -= 119_000  # younger than min_retention: kept though consumed
     assert store.apply_retention().deleted_segments == 0
     clock.now_ms += 119_000
@@ -106,11 +90,11 @@ def test_other_groups_pin_too_and_min_retention_keeps_consumed_segments(
 
 def test_age_deletes_unread_data_only_when_retention_is_set(tmp_path: Path) -> None:
     clock = FakeClock(1_000_000)
-    store = LogStore.open(_config(tmp_path), clock=clock)
+    store = LogStore.open(small_config(tmp_path), clock=clock)
     store.create_queue(1, 1)
     for i in range(100):
         store.append([rec(b"%03d" % i + FILL, (1, 0))])
-    _durable(store)
+    make_durable(store)
     clock.now_ms += 365 * 24 * 3_600_000  # a year unread
     assert store.apply_retention().deleted_segments == 0
     assert len(store.read(1, 0, 0, 1000).messages) == 100
@@ -135,7 +119,7 @@ def test_reclaim_never_deletes_what_a_group_can_still_read(
     steps: list[tuple[str, int, object]],
 ) -> None:
     root = Path(tempfile.mkdtemp())
-    config = _config(root)
+    config = small_config(root)
     store = LogStore.open(config)
     model = ReadingModel(store)
     for action, a, b in steps:
@@ -145,10 +129,10 @@ def test_reclaim_never_deletes_what_a_group_can_still_read(
         elif action == "commit":
             model.commit(store, a, int(b))  # type: ignore[call-overload]
         elif action == "reclaim":
-            _durable(store)
+            make_durable(store)
             store.apply_retention()
         else:
-            _durable(store)
+            make_durable(store)
             store.apply_retention()
             store.close()
             store = LogStore.open(config)
@@ -162,7 +146,7 @@ async def test_a_drained_active_segment_is_sealed_early_and_reclaimed(tmp_path: 
     """With 1 GiB segments a drained backlog would otherwise stay on disk in the active
     segment until it fills; sealed early, it goes as soon as its records are consumed."""
     config = dataclasses.replace(
-        _config(tmp_path), segment_size_bytes=1 << 30, max_record_bytes=4096,
+        small_config(tmp_path), segment_size_bytes=1 << 30, max_record_bytes=4096,
         roll_consumed_bytes=64 << 10, cq_entries_per_segment=1000,
     )  # fmt: skip
     async with open_embedded_store(config) as store:
