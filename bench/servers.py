@@ -295,9 +295,18 @@ class RabbitMQProcess:
 
     flush_policy = "persistent messages in durable classic queues: confirms after fsync"
 
-    def __init__(self, base_dir: Path, advanced_config: str = "[].") -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        advanced_config: str = "[].",
+        plugins: tuple[str, ...] = (),
+    ) -> None:
         self.base_dir = base_dir
         self.advanced_config = advanced_config  # Erlang terms, e.g. [{rabbit, [...]}].
+        # e.g. ("rabbitmq_management", "rabbitmq_tracing"); the management listener then
+        # binds 127.0.0.1 on ``management_port`` (chosen at start).
+        self.plugins = plugins
+        self.management_port = 0
         self.node_name = f"mqgw-diff-{uuid.uuid4().hex[:8]}@localhost"
         self.amqp_port = 0
         self.epmd: subprocess.Popen[bytes] | None = None
@@ -307,6 +316,10 @@ class RabbitMQProcess:
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
 
     @property
     def pid(self) -> int:
@@ -320,9 +333,15 @@ class RabbitMQProcess:
 
     def _env(self, epmd_port: int, dist_port: int) -> dict[str, str]:
         config = self.base_dir / "rabbitmq.conf"
-        config.write_text(f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n")
+        lines = [f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}"]
+        if self.management_port:
+            lines += [
+                f"management.tcp.port = {self.management_port}",
+                "management.tcp.ip = 127.0.0.1",
+            ]
+        config.write_text("\n".join(lines) + "\n")
         plugins = self.base_dir / "enabled_plugins"
-        plugins.write_text("[].\n")
+        plugins.write_text(f"[{','.join(self.plugins)}].\n")
         advanced = self.base_dir / "advanced.config"
         advanced.write_text(self.advanced_config + "\n")
         return {
@@ -353,6 +372,8 @@ class RabbitMQProcess:
             )
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.amqp_port = free_port()
+        if any(p in self.plugins for p in ("rabbitmq_management", "rabbitmq_tracing")):
+            self.management_port = free_port()  # tracing depends on management
         epmd_port, dist_port = free_port(), free_port()
         env = self._env(epmd_port, dist_port)
         self._ctl_env = env
