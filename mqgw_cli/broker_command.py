@@ -1,9 +1,12 @@
 """`mqgw broker`: a storage node serving its log store over the broker protocol.
 
     mqgw broker --data-dir D --port P [--host 127.0.0.1] [--group G] [--id I] [--meta URL]
+        [--replication off|sync|async] [--min-in-sync N] [--priority N]
 
 With --meta it registers (group, id, address) in the metadata store on Redis and renews that
-lease every few seconds, which is how gateways find it.
+lease every few seconds, which is how gateways find it. With --replication sync|async (needs
+--meta) it is a member of a replicated group: its role (master or slave) comes from the
+controller (`mqgw controller`), never from a flag; docs/replication.md.
 
 The store lives in D/store, as under `mqgw serve` (so `mqgw storage check D` works on
 either), and takes the store settings `mqgw serve` takes (flags, MQGW_* environment, --config
@@ -81,7 +84,14 @@ def _broker(args: argparse.Namespace) -> int:
             config.flush.value,
         )
 
+    if args.replication != "off" and not args.meta:
+        print("mqgw broker: --replication needs --meta (the controller's Redis)", file=sys.stderr)
+        return 2
+
     async def main() -> None:
+        if args.replication != "off":
+            await _replicated(args, config, ready, events, listening)
+            return
         if not args.meta:
             await serve_broker(config, args.host, args.port, ready, name=name)
             return
@@ -132,6 +142,32 @@ async def _heartbeat(url: str, group: str, broker_id: str, up: Any, listening: l
             await meta.close()
 
 
+async def _replicated(
+    args: argparse.Namespace, config: Any, ready: Any, events: list[Any], listening: list[str]
+) -> None:
+    import anyio
+
+    from controller.config import ControllerConfig
+    from storage.replicated_broker import serve_replicated_broker
+    from storage.replicated_store import ReplicationMode, ReplicationSettings
+
+    settings = ReplicationSettings(
+        group=args.group,
+        broker_id=args.id,
+        mode=ReplicationMode(args.replication),
+        timing=ControllerConfig(min_in_sync=args.min_in_sync),
+        priority=args.priority,
+    )
+    events.append(anyio.Event())
+    async with anyio.create_task_group() as tg:
+        # Registered in the broker registry too: `mqgw cluster status` and operators list it.
+        tg.start_soon(_heartbeat, args.meta, args.group, args.id, events[0], listening)
+        await serve_replicated_broker(
+            config, settings, args.meta, args.host, args.port, ready, advertise=args.advertise
+        )
+        tg.cancel_scope.cancel()
+
+
 def _leaf(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
@@ -155,6 +191,23 @@ def add_broker_command(commands: Any) -> None:
     broker.add_argument("--group", default="g0", help="broker group name (default g0)")
     broker.add_argument("--id", default="0", help="id within the group (default 0)")
     broker.add_argument("--meta", default=None, metavar="URL", help="redis://H:P/N: register here")
+    broker.add_argument(
+        "--replication",
+        choices=("off", "sync", "async"),
+        default="off",
+        help="member of a replicated group (needs --meta and a controller): sync confirms once "
+        "every in-sync replica has an append, async after the master's own flush",
+    )
+    broker.add_argument(
+        "--min-in-sync",
+        type=int,
+        default=1,
+        help="replicas (the master included) that must hold an append before it is confirmed; "
+        "below it appends are refused (default 1)",
+    )
+    broker.add_argument(
+        "--priority", type=int, default=0, help="election preference among equals, lower first"
+    )
     broker.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     add_settings_flags(broker, STORE_KEYS)
     # add_settings_flags titles a group of chosen keys "logging" (its other use): rename it.

@@ -34,6 +34,7 @@ from storage.embedded import open_embedded_store
 from storage.errors import StoreError
 from storage.port import StorePort
 from storage.remote_store import enable_keepalive
+from storage.replicated_store import ReplicatedStore
 from storage.wire import (
     PROTOCOL_VERSION,
     Append,
@@ -57,6 +58,7 @@ from storage.wire import (
 )
 from storage.wire_errors import encode_error
 from storage.wire_frames import MAX_FRAME_BYTES, Frame, FrameDecoder, ProtocolError
+from storage.wire_replication import Replicate, Replicated
 
 log = logging.getLogger("mqgw.storage.broker")
 
@@ -106,9 +108,15 @@ class BrokerConnection:
     """One client connection: reader, durability task and writer (see the module doc)."""
 
     def __init__(
-        self, store: StorePort, stream: SocketStream, broker_name: str, max_frame_bytes: int
+        self,
+        store: StorePort,
+        stream: SocketStream,
+        broker_name: str,
+        max_frame_bytes: int,
+        replicated: ReplicatedStore | None = None,
     ) -> None:
         self.store = store
+        self.replicated = replicated  # the same store, when the broker is in a replicated group
         self.stream = stream
         self.broker_name = broker_name
         self.peer = _peer(stream)
@@ -181,7 +189,12 @@ class BrokerConnection:
         try:
             if isinstance(request, Append):
                 # Written now, in arrival order; durability is waited for off the reader.
-                result = await store.append(request.records, wait_durable=False)
+                if self.replicated is not None:
+                    result = await self.replicated.append(
+                        request.records, wait_durable=False, batch_id=request.batch_id
+                    )
+                else:
+                    result = await store.append(request.records, wait_durable=False)
                 answer = encode_response(request_id, Op.APPEND, result)
                 if request.wait_durable:
                     self._after_durable(result.end_offset, request_id, answer)
@@ -195,6 +208,10 @@ class BrokerConnection:
                 log.debug("broker connection from %s is %s", self.peer, request.name)
                 hello = Hello(PROTOCOL_VERSION, self.broker_name)
                 self._answer(encode_response(request_id, Op.HELLO, hello))
+            elif isinstance(request, Replicate):
+                self._answer(
+                    encode_response(request_id, Op.REPLICATE, await self._replicate(request))
+                )
             elif isinstance(request, Query):
                 value = await _QUERIES[request.op](store)
                 self._answer(encode_response(request_id, request.op, value))
@@ -205,6 +222,17 @@ class BrokerConnection:
             if not isinstance(error, StoreError | ValueError):
                 log.exception("broker: %s from %s failed", Op(frame.op).name, self.peer)
             self._answer(encode_error(request_id, error))
+
+    async def _replicate(self, request: Replicate) -> Replicated:
+        """A slave's call; a fetch may be held (up to its wait) while nothing is new: one
+        fetch is in flight per slave connection, so holding its reader costs nothing."""
+        if self.replicated is None:
+            raise StoreError(f"broker {self.broker_name} is not in a replicated group")
+        if request.kind == "epochs":
+            return self.replicated.serve_epochs(request.head)
+        if request.kind == "fetch":
+            return await self.replicated.serve_fetch(request.head)
+        raise StoreError(f"unknown replication call {request.kind!r}")
 
     def _after_durable(self, end_offset: int, request_id: int, answer: bytes) -> None:
         self._durable.append((end_offset, request_id, answer))
@@ -259,9 +287,14 @@ class BrokerServer:
     """Accepts connections and serves ``store`` on each until ``stop`` is set."""
 
     def __init__(
-        self, store: StorePort, name: str = "broker", max_frame_bytes: int = MAX_FRAME_BYTES
+        self,
+        store: StorePort,
+        name: str = "broker",
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        replicated: ReplicatedStore | None = None,
     ) -> None:
         self.store = store
+        self.replicated = replicated
         self.name = name
         self.max_frame_bytes = max_frame_bytes
         self.connections: set[BrokerConnection] = set()
@@ -287,7 +320,9 @@ class BrokerServer:
 
     async def _serve_connection(self, stream: SocketStream) -> None:
         enable_keepalive(stream)  # a gateway host that vanished: its connection goes too
-        connection = BrokerConnection(self.store, stream, self.name, self.max_frame_bytes)
+        connection = BrokerConnection(
+            self.store, stream, self.name, self.max_frame_bytes, self.replicated
+        )
         log.info("broker connection from %s opened", connection.peer)
         self.connections.add(connection)
         try:
@@ -324,11 +359,12 @@ async def serve_store(
     name: str = "broker",
     stop: anyio.Event | None = None,
     max_frame_bytes: int = MAX_FRAME_BYTES,
+    replicated: ReplicatedStore | None = None,
 ) -> None:
     """Serve an open store until ``stop`` is set (None: until SIGTERM or SIGINT)."""
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     bound = listener.extra(SocketAttribute.local_port)
-    server = BrokerServer(store, name, max_frame_bytes)
+    server = BrokerServer(store, name, max_frame_bytes, replicated)
     async with anyio.create_task_group() as tg:
         if stop is None:
             stop = anyio.Event()

@@ -62,3 +62,9 @@ class StoreLocked(StoreError):
 
 class StoreClosed(StoreError):
     """The store was used after close()."""
+
+
+class NotMaster(StoreError):
+    """This broker does not confirm for its group now (a slave, fenced, no standing, or below
+    the minimum in-sync replicas). Nothing was stored by this call, or what was stored is not
+    confirmed: a gateway re-sends the batch to the group's master."""

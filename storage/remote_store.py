@@ -55,6 +55,7 @@ from storage.wire import (
     request_op,
 )
 from storage.wire_frames import FRAME_LEN, MAX_FRAME_BYTES, Frame, FrameDecoder, ProtocolError
+from storage.wire_replication import Replicate, Replicated
 
 log = logging.getLogger("mqgw.storage.remote")
 
@@ -316,6 +317,16 @@ class RemoteStore:
 
     async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
         return cast(AppendResult, await self._call(Append(records, wait_durable)))
+
+    async def append_batch(
+        self, records: Sequence[Record], batch_id: int, wait_durable: bool = True
+    ) -> AppendResult:
+        """An append a replicated broker stores once however often it is sent (``batch_id``)."""
+        return cast(AppendResult, await self._call(Append(records, wait_durable, batch_id)))
+
+    async def replicate(self, request: Replicate) -> Replicated:
+        """A slave's call to its master (storage/replication_member.py)."""
+        return cast(Replicated, await self._call(request))
 
     async def wait_durable(self, end_offset: int) -> None:
         await self._call(WaitDurable(end_offset))

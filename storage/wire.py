@@ -47,11 +47,20 @@ from storage.wire_frames import (
     build_frame,
     pack_text,
 )
+from storage.wire_replication import (
+    Replicate,
+    Replicated,
+    get_replicate,
+    get_replicated,
+    put_replicate,
+    put_replicated,
+)
 
-PROTOCOL_VERSION = 1
-# APPEND: wait_durable, record count; per record: exchange, routing key, destination count,
-# properties and body lengths, born_ts_ms, flags; then destinations, then the byte fields.
-APPEND_HEAD = struct.Struct("<?I")
+PROTOCOL_VERSION = 2  # 2: APPEND carries a batch id; REPLICATE
+# APPEND: wait_durable, record count, batch id (0: none); per record: exchange, routing key,
+# destination count, properties and body lengths, born_ts_ms, flags; then destinations, then
+# the byte fields.
+APPEND_HEAD = struct.Struct("<?IQ")
 RECORD = struct.Struct("<HHHIIqI")
 DEST = struct.Struct("<IH")  # queue id, partition
 # READ answer: status, next offset, min, max, message count; per message as below.
@@ -90,6 +99,7 @@ class Op(IntEnum):
     OLDEST_SEGMENT_TS = 16
     UNCLEAN_MARKS = 17
     RESTART_MARKS = 18
+    REPLICATE = 19  # storage/wire_replication.py
     ERROR = ERROR_OP  # response only
 
 
@@ -106,6 +116,9 @@ class Hello(NamedTuple):
 class Append(NamedTuple):
     records: Sequence[Record]
     wait_durable: bool
+    # Names the batch so that a gateway re-sending it after a failover has it stored once
+    # (a replicated broker remembers recent ids); 0: no id.
+    batch_id: int = 0
 
 
 class WaitDurable(NamedTuple):
@@ -194,6 +207,7 @@ Request = (
     | OffsetForTime
     | UncleanMarks
     | RestartMarks
+    | Replicate
     | Query
 )
 QUERY_OPS = frozenset(
@@ -208,7 +222,15 @@ QUERY_OPS = frozenset(
 )
 # What each op answers with (decode_response returns it): see _RESPONSES below.
 Response = (
-    Hello | AppendResult | ReadResult | QueueStats | RetentionReport | dict[int, int] | int | None
+    Hello
+    | AppendResult
+    | ReadResult
+    | QueueStats
+    | RetentionReport
+    | Replicated
+    | dict[int, int]
+    | int
+    | None
 )
 
 
@@ -217,7 +239,7 @@ Response = (
 
 def _put_append(parts: list[Any], request: Append) -> None:
     records = request.records
-    parts.append(APPEND_HEAD.pack(request.wait_durable, len(records)))
+    parts.append(APPEND_HEAD.pack(request.wait_durable, len(records), request.batch_id))
     pack = RECORD.pack
     last: tuple[tuple[int, int], ...] | None = None
     packed = b""
@@ -236,7 +258,7 @@ def _get_append(reader: PayloadReader) -> Append:
     # view slice plus tobytes() is two (the fields must be bytes: Record says so).
     data = reader.buf.tobytes()
     end = len(data)
-    wait, count = APPEND_HEAD.unpack_from(data, 0)
+    wait, count, batch_id = APPEND_HEAD.unpack_from(data, 0)
     pos = APPEND_HEAD.size
     records: list[Record] = []
     append = records.append
@@ -262,7 +284,7 @@ def _get_append(reader: PayloadReader) -> Append:
             raise ProtocolError("record runs past the end of the frame")
         append(make(Record, (data[p:q], data[q:r], data[r:s], data[s:pos], dests, born, flags)))
     reader.pos = pos
-    return Append(records, wait)
+    return Append(records, wait, batch_id)
 
 
 def _put_append_result(parts: list[Any], result: AppendResult) -> None:
@@ -500,6 +522,7 @@ _CODECS: dict[Op, _Codec] = {
     ),
     Op.UNCLEAN_MARKS: _Codec(*_fixed(UncleanMarks, FRAME_LEN), _put_id_values, _get_id_values),
     Op.RESTART_MARKS: _Codec(*_fixed(RestartMarks, FRAME_LEN), _put_id_values, _get_id_values),
+    Op.REPLICATE: _Codec(put_replicate, get_replicate, put_replicated, get_replicated),
 }
 _REQUEST_OPS: dict[type[Any], Op] = {
     Hello: Op.HELLO,
@@ -515,6 +538,7 @@ _REQUEST_OPS: dict[type[Any], Op] = {
     OffsetForTime: Op.OFFSET_FOR_TIME,
     UncleanMarks: Op.UNCLEAN_MARKS,
     RestartMarks: Op.RESTART_MARKS,
+    Replicate: Op.REPLICATE,
 }
 
 

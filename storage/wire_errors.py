@@ -12,6 +12,7 @@ from typing import Any
 from storage.errors import (
     CorruptionError,
     DiskFull,
+    NotMaster,
     QueueExists,
     RecordTooLarge,
     StoreClosed,
@@ -36,6 +37,7 @@ class ErrorCode(IntEnum):
     CORRUPTION = 8
     STORE_LOCKED = 9
     INVALID_ARGUMENT = 10  # ValueError: an argument out of range (partitions 0, say)
+    NOT_MASTER = 11  # a replicated broker that does not confirm now: try the master
 
 
 _CLASSES: dict[int, Callable[..., Exception]] = {
@@ -48,11 +50,13 @@ _CLASSES: dict[int, Callable[..., Exception]] = {
     ErrorCode.CORRUPTION: CorruptionError,
     ErrorCode.STORE_LOCKED: StoreLocked,
     ErrorCode.INVALID_ARGUMENT: ValueError,
+    ErrorCode.NOT_MASTER: NotMaster,
     ErrorCode.STORE_ERROR: StoreError,
 }
 # Classes rebuilt from their message alone, most specific first.
 _BY_MESSAGE = (
     (QueueExists, ErrorCode.QUEUE_EXISTS),
+    (NotMaster, ErrorCode.NOT_MASTER),
     (StoreClosed, ErrorCode.STORE_CLOSED),
     (StoreLocked, ErrorCode.STORE_LOCKED),
     (ValueError, ErrorCode.INVALID_ARGUMENT),

@@ -72,7 +72,7 @@ records = st.builds(
 )
 requests = st.one_of(
     st.builds(Hello, u16, text),
-    st.builds(Append, st.lists(records, max_size=8), st.booleans()),
+    st.builds(Append, st.lists(records, max_size=8), st.booleans(), st.integers(0, 2**64 - 1)),
     st.builds(WaitDurable, i64),
     st.builds(Read, u32, u32, i64, u32, i64),
     st.builds(CreateQueue, u32, u32),
