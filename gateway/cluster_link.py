@@ -38,6 +38,7 @@ from meta.change_feed import Change, Reload
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
 from storage import BrokerUnavailable, connect_remote_store
+from storage.group_store import connect_group_store, replicated_group
 from storage.port import StorePort
 
 if TYPE_CHECKING:
@@ -65,6 +66,21 @@ async def open_cluster_backends(
         settings.meta, exchange_types=exchange_types, default_user=not settings.users
     )
     try:
+        group = await replicated_group(settings.meta)
+        if group is not None:
+            try:
+                opened = connect_group_store(
+                    settings.meta, group, name=settings.node_name, ready_wait_s=BROKER_WAIT_S
+                )
+                async with opened as store:
+                    log.info("cluster: metadata in %s, messages on group %s", settings.meta, group)
+                    yield store, meta
+            except TimeoutError:
+                raise SystemExit(
+                    f"mqgw: group {group} has no master in {settings.meta} "
+                    f"within {BROKER_WAIT_S:.0f} s"
+                ) from None
+            return
         address = await _find_broker(meta, settings.meta)
         async with connect_remote_store(address, unavailable_wait_s=10.0) as store:
             log.info("cluster: metadata in %s, messages on broker %s", settings.meta, address)

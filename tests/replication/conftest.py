@@ -11,7 +11,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from bench.servers import BrokerServer, free_port
+from bench.servers import BrokerServer, GatewayServer, free_port
 from controller.model import GroupRecord
 from controller.redis_link import GroupLink
 from tests.controller.fakes import ControllerProcess
@@ -27,6 +27,15 @@ class Group:
     link: GroupLink
     brokers: dict[str, BrokerServer] = field(default_factory=dict)
     controllers: list[ControllerProcess] = field(default_factory=list)
+    gateways: list[GatewayServer] = field(default_factory=list)
+
+    def add_gateway(self, name: str) -> GatewayServer:
+        gateway = GatewayServer(
+            self.root / name,
+            ["--meta", self.redis.url, "--node-name", name, "--admin-port", str(free_port())],
+        ).start()
+        self.gateways.append(gateway)
+        return gateway
 
     def add_broker(self, broker_id: str, *flags: str) -> BrokerServer:
         broker = BrokerServer(
@@ -66,6 +75,8 @@ async def group(tmp_path: Path) -> AsyncIterator[Group]:
         try:
             yield made
         finally:
+            for gateway in made.gateways:
+                gateway.kill()
             for broker in made.brokers.values():
                 broker.kill()
             for controller in made.controllers:
