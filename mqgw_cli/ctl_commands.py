@@ -16,6 +16,7 @@ from typing import Any
 
 from mqgw_cli.admin_client import AdminUnreachable, admin_call
 from mqgw_cli.queue_commands import add_admin_options
+from mqgw_cli.switchover_command import add_switchover_command
 
 SCOPE_FORMS = "global | node:N | client:N | connection:N | queue:N"
 _SEGMENTS = {"node": "nodes", "client": "clients", "connection": "connections"}
@@ -117,3 +118,4 @@ def add_ctl_commands(commands: Any) -> None:
     listing = actions.add_parser("list", help="every control in force")
     add_admin_options(listing)
     listing.set_defaults(func=run_ctl)
+    add_switchover_command(actions)
