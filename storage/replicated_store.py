@@ -93,6 +93,7 @@ class ReplicatedStore:
         self.role_epoch = 0
         self.standing = Standing()
         self.fenced_version = 0
+        self._lost_logged = False
         self.confirmed = 0
         self.in_sync = InSyncTracker(self.me)
         self.min_in_sync = settings.timing.min_in_sync
@@ -154,6 +155,7 @@ class ReplicatedStore:
         else:
             self.fenced_version = 0
             self.standing.grant(sent_ms, self.settings.timing.master_timeout_ms)
+            self._lost_logged = False
         self.confirm()
 
     def review(self, seq: int) -> LagReport:
@@ -174,6 +176,7 @@ class ReplicatedStore:
 
     def confirm(self) -> None:
         if not self.can_confirm():
+            self._note_lost_standing()
             return
         offset = self.local_durable()
         if self.settings.mode is ReplicationMode.SYNC:
@@ -185,6 +188,23 @@ class ReplicatedStore:
         if offset > self.confirmed:
             self.confirmed = offset
             self._wake()
+
+    def _note_lost_standing(self) -> None:
+        """Log once per term when the standing ran out (Redis unreachable): from then on this
+        master confirms nothing, before the controller may elect another (rule 7)."""
+        until = self.standing.until_ms
+        if self.role != "master" or self.fenced_version or not until or self._lost_logged:
+            return
+        self._lost_logged = True
+        ran_out = time.time() - (self.now_ms() - until) / 1000
+        stamp = (
+            time.strftime("%H:%M:%S", time.localtime(ran_out))
+            + f",{int(ran_out * 1000) % 1000:03d}"
+        )
+        log.warning(
+            "broker %s: standing as master ran out at %s (no heartbeat answer): "
+            "confirming nothing until the controller answers", self.me, stamp,
+        )  # fmt: skip
 
     def _wake(self) -> None:
         self._changed.set()

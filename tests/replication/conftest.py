@@ -37,10 +37,10 @@ class Group:
         self.gateways.append(gateway)
         return gateway
 
-    def add_broker(self, broker_id: str, *flags: str) -> BrokerServer:
+    def add_broker(self, broker_id: str, *flags: str, meta: str | None = None) -> BrokerServer:
         broker = BrokerServer(
             self.root / broker_id, free_port(), self.root / f"{broker_id}.log", GROUP, broker_id,
-            meta=self.redis.url, args=["--replication", "sync", *flags],
+            meta=meta or self.redis.url, args=["--replication", "sync", *flags],
         )  # fmt: skip
         self.brokers[broker_id] = broker.start()
         return broker

@@ -3,6 +3,7 @@ re-sends what was not confirmed, and keeps the AMQP connection; nothing confirme
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import time
 import pika
 import pytest
 
+from tests.harness.tcp_proxy import TcpProxy
 from tests.replication.conftest import Group
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
@@ -170,3 +172,46 @@ async def test_old_master_returns_rejoins_and_can_lead_again(group: Group) -> No
     seen = _drain(gateway.url, "orders", set(publisher.confirmed))
     missing = set(publisher.confirmed) - set(seen)
     assert not missing, f"{len(missing)} confirmed message(s) lost, e.g. {sorted(missing)[:5]}"
+
+
+async def test_master_cut_off_from_redis_stops_confirming_before_another_is_elected(
+    group: Group,
+) -> None:
+    proxies = {i: TcpProxy(group.redis.port) for i in ("a", "b")}
+    try:
+        group.add_controller("c1")
+        for broker_id, proxy in proxies.items():
+            group.add_broker(broker_id, meta=proxy.url())
+        first = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
+        gateway = group.add_gateway("gw1")
+        connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
+        connection.channel().queue_declare("orders", durable=True)
+        connection.close()
+        publisher = Publisher(gateway.url, "orders")
+        publisher.start()
+        while len(publisher.confirmed) < 200 and publisher.error is None:
+            time.sleep(0.02)
+        proxies[first.master].cut()  # the gateway still reaches it; the controller does not
+        second = await group.until(lambda r: r.epoch > first.epoch, timeout_s=10)
+        count = len(publisher.confirmed)
+        while len(publisher.confirmed) < count + 200 and publisher.error is None:
+            time.sleep(0.02)
+        proxies[first.master].heal()
+        await group.until(lambda r: r.in_sync == {"a", "b"})
+        publisher.stop.set()
+        publisher.join(10)
+        assert publisher.error is None, repr(publisher.error)
+        old_log = group.brokers[first.master].log()
+        ran_out = re.search(r"standing as master ran out at (\S+)", old_log)
+        assert ran_out is not None, old_log[-3000:]
+        elected = re.search(
+            rf"(\d\d:\d\d:\d\d,\d+) INFO mqgw.controller: group g1: {second.master} elected",
+            group.controllers[0].log(),
+        )
+        assert elected is not None
+        assert ran_out.group(1) < elected.group(1), (ran_out.group(1), elected.group(1))
+        seen = _drain(gateway.url, "orders", set(publisher.confirmed))
+        assert set(publisher.confirmed) <= set(seen)
+    finally:
+        for proxy in proxies.values():
+            proxy.close()
