@@ -7,6 +7,7 @@ sees its server vanish; heal: connections pass again.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -30,10 +31,8 @@ class TcpProxy:
         self._cut.set()
         with self._lock:
             for sock in self._sockets:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 sock.close()
             self._sockets.clear()
 
@@ -71,7 +70,5 @@ class TcpProxy:
             pass
         finally:
             for sock in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     sock.close()
-                except OSError:
-                    pass

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench.servers import BrokerServer, GatewayServer, free_port
 from controller.model import GroupRecord
@@ -51,7 +52,10 @@ class Group:
         return controller
 
     async def record(self) -> GroupRecord:
-        return await self.link.record(GROUP)
+        try:
+            return await self.link.record(GROUP)
+        except RedisConnectionError:  # Redis restarted under our pooled connection: once more
+            return await self.link.record(GROUP)
 
     async def until(
         self, check: Callable[[GroupRecord], bool], timeout_s: float = 15
