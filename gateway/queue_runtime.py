@@ -369,6 +369,9 @@ class QueueRuntime:
             return
         fetched: list[list[tuple[int, StoredMessage]]] = []
         more = False
+        # Not caught up while a read is in flight: a remote read yields, and an append
+        # absorbed meanwhile (caught_up) would come back in this read too, twice.
+        self.exhausted = False
         for p in range(self.partitions):
             result = await self.store.read(self.queue_id, p, self.cursors[p], FETCH_BATCH)
             if result.status is ReadStatus.MOVED:
@@ -392,6 +395,8 @@ class QueueRuntime:
         worth holding now: the queue has consumers and has read all partitions to the end."""
         if not self.exhausted or not self.consumers or self.deleted or self.paused:
             return False
+        if not self.holds_all_leases():
+            return False  # cluster: another gateway delivers it, or take_over is under way
         if self.definition.arguments.get("x-consume-mode") == "broadcast":
             return False  # its consumers read through their own positions
         if len(self.buffer) >= LOW_WATER:
@@ -688,12 +693,13 @@ class QueueRuntime:
         """This gateway now delivers ``partition``: start from the broker's committed offset
         (another gateway may have delivered and committed meanwhile) and flag what lies
         before the end as possibly delivered already (it may have gone out from there)."""
+        stats = await self.store.queue_stats(self.queue_id)
+        committed = await self.store.committed_offset(QUEUE_GROUP, self.queue_id, partition)
+        # Dropped after the reads (which yield): the partition is read again from committed.
         self.buffer = deque(item for item in self.buffer if item[0] != partition)
         requeued = [item for item in self.requeued if item[1] != partition]
         heapq.heapify(requeued)
         self.requeued = requeued
-        stats = await self.store.queue_stats(self.queue_id)
-        committed = await self.store.committed_offset(QUEUE_GROUP, self.queue_id, partition)
         part = stats.partitions[partition]
         self.cursors[partition] = max(committed, part.min_offset)
         self.maybe_delivered[partition] = part.max_offset
