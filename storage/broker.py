@@ -209,9 +209,12 @@ class BrokerConnection:
                 hello = Hello(PROTOCOL_VERSION, self.broker_name)
                 self._answer(encode_response(request_id, Op.HELLO, hello))
             elif isinstance(request, Replicate):
-                self._answer(
-                    encode_response(request_id, Op.REPLICATE, await self._replicate(request))
-                )
+                try:
+                    replicated = await self._replicate(request)
+                except anyio.get_cancelled_exc_class():
+                    self._unanswered -= 1  # stopping: a held fetch goes unanswered
+                    raise
+                self._answer(encode_response(request_id, Op.REPLICATE, replicated))
             elif isinstance(request, Query):
                 value = await _QUERIES[request.op](store)
                 self._answer(encode_response(request_id, request.op, value))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
@@ -46,3 +48,15 @@ async def test_slave_holds_what_the_master_confirmed_and_takes_over(group: Group
             bodies += [bytes(m.body) for m in result.messages]
             offset = result.next_offset
         assert bodies == [f"m{i}".encode() for i in range(500)]
+
+
+async def test_master_with_a_slave_stops_at_once_on_sigterm(group: Group) -> None:
+    group.add_controller("c1")
+    group.add_broker("a")
+    group.add_broker("b")
+    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
+    master = group.master(record)
+    started = time.monotonic()
+    assert master.stop() == 0
+    took = time.monotonic() - started
+    assert took < 3, f"the master took {took:.1f} s to stop (a held fetch kept it waiting)"
