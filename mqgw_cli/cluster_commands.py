@@ -1,16 +1,17 @@
 """`mqgw cluster up|status|stop|start|down --dir D`: a whole cluster as local processes.
 
-    mqgw cluster up --dir D [--gateways N] [--groups G] [--replicas R]
+    mqgw cluster up --dir D [--gateways N] [--groups G] [--replicas R] [--controllers C]
     mqgw cluster status --dir D [--json]
     mqgw cluster stop --dir D NAME [--kill]
     mqgw cluster start --dir D NAME
     mqgw cluster down --dir D
 
-`up` starts redis-server (from the PATH), one `mqgw broker` per group and N `mqgw serve`
-gateways, on free loopback ports, waits until each is ready and describes them all in
-D/cluster.json; they keep running after it returns. docs/cluster.md has the details.
-Exit codes: 0 done (status: all healthy), 1 failed (status: something is unhealthy),
-2 bad usage.
+`up` starts redis-server (from the PATH), C `mqgw controller`s, R `mqgw broker`s per group
+(replicated when R ≥ 2) and N `mqgw serve` gateways, on free loopback ports, waits until each
+is ready (and each replicated group has a master) and describes them all in D/cluster.json;
+they keep running after it returns, and a watcher keeps the roles in cluster.json current.
+docs/cluster.md has the details. Exit codes: 0 done (status: all healthy), 1 failed
+(status: something is unhealthy), 2 bad usage.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from bench.cluster.layout import Cluster, Member
-
-_PART_2 = "replication comes with cluster part 2"
+    from bench.cluster.roles import Observed
 
 
 def _console() -> Console:
@@ -40,7 +40,7 @@ def _console() -> Console:
 def _progress(console: Console) -> Any:
     def on_ready(member: Member, seconds: float) -> None:
         console.print(
-            f"[green]✓[/] {member.name:<14} {member.role:<8} pid {member.pid:<8} "
+            f"[green]✓[/] {member.name:<14} {member.role:<10} pid {member.pid:<8} "
             f"{member.endpoint}  ready in {seconds:.1f} s",
             markup=True,
         )
@@ -48,19 +48,35 @@ def _progress(console: Console) -> Any:
     return on_ready
 
 
+def _shape(args: argparse.Namespace) -> Any:
+    """The Shape asked for, or why it cannot be (a str)."""
+    from bench.cluster.layout import Shape
+
+    controllers = args.controllers
+    if controllers is None:
+        controllers = 2 if args.replicas > 1 else 0
+    if args.groups < 1 or args.gateways < 0 or args.replicas < 1 or controllers < 0:
+        return "--groups and --replicas must be ≥ 1, --gateways and --controllers ≥ 0"
+    if args.replicas > 1 and controllers == 0:
+        return f"--replicas {args.replicas} needs a controller to elect masters: --controllers ≥ 1"
+    return Shape(args.gateways, args.groups, args.replicas, controllers)
+
+
 def _up(args: argparse.Namespace) -> int:
     from bench.cluster import control
     from bench.cluster.layout import ClusterError
 
-    if args.replicas > 1:
-        print(f"mqgw cluster up: --replicas {args.replicas}: {_PART_2}", file=sys.stderr)
-        return 2
-    if args.groups < 1 or args.gateways < 0:
-        print("mqgw cluster up: --groups must be ≥ 1 and --gateways ≥ 0", file=sys.stderr)
+    shape = _shape(args)
+    if isinstance(shape, str):
+        print(f"mqgw cluster up: {shape}", file=sys.stderr)
         return 2
     console = _console()
+
+    def on_note(text: str) -> None:
+        console.print(f"[green]✓[/] {text}", markup=True)
+
     try:
-        cluster = control.up(args.dir, args.gateways, args.groups, args.timeout, _progress(console))
+        cluster = control.up(args.dir, shape, args.timeout, _progress(console), on_note)
     except ClusterError as error:
         # control.up has stopped whatever it had started: say so, or people go looking.
         print(f"mqgw cluster up: {error}", file=sys.stderr)
@@ -78,13 +94,63 @@ def _members_table(cluster: Cluster) -> Any:
     from rich.table import Table
 
     table = Table(title=f"mqgw cluster in {cluster.dir}")
-    for column in ("name", "role", "pid", "endpoint", "data"):
+    for column in ("name", "role", "epoch", "pid", "endpoint", "data"):
         table.add_column(column)
     for member in cluster.members():
         table.add_row(
-            member.name, member.role, str(member.pid or "-"), member.endpoint, member.data_dir
+            member.name,
+            member.role,
+            _epoch(member),
+            str(member.pid or "-"),
+            member.endpoint,
+            member.data_dir or "-",
         )
     return table
+
+
+def _epoch(member: Member) -> str:
+    from bench.cluster.layout import BrokerMember
+
+    return str(member.epoch) if isinstance(member, BrokerMember) and member.replicated else "-"
+
+
+def _groups(cluster: Cluster, observed: Observed | None) -> list[dict[str, Any]]:
+    """Each replicated group as the controller's record has it, brokers by their names."""
+    if observed is None:
+        return []
+    found = []
+    for group in cluster.replicated_groups():
+        record = observed.record(group)
+        found.append(
+            {
+                "group": group,
+                "epoch": record.epoch,
+                "master": f"broker-{group}-{record.master}" if record.master else None,
+                "in_sync": [f"broker-{group}-{i}" for i in sorted(record.in_sync)],
+                "fence": record.fence or None,
+            }
+        )
+    return found
+
+
+def _refreshed(cluster: Cluster) -> Observed | None:
+    """Roles as Redis has them now; written to cluster.json too when that is free at once
+    (status never waits behind another command, which refreshes before it writes anyway)."""
+    from bench.cluster import control, roles
+    from bench.cluster.layout import ClusterError, load
+
+    observed = roles.refresh(cluster)
+    if observed is None:
+        return None
+    with control.try_locked(cluster.dir) as held:
+        if held:
+            try:
+                current = load(cluster.dir)
+            except ClusterError:
+                return observed
+            if roles.apply(current, observed):
+                current.save()
+    return observed
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -98,24 +164,30 @@ def _status(args: argparse.Namespace) -> int:
     except ClusterError as error:
         print(f"mqgw cluster status: {error}", file=sys.stderr)
         return 1
-    checks = health.check(cluster)
+    observed = _refreshed(cluster)
+    checks = health.check(cluster, observed)
     healthy = all(c.healthy for c in checks)
+    groups = _groups(cluster, observed)
+    leader = next((c.name for c in cluster.controllers if c.leader), None)
     if args.json:
         body = {
             "dir": str(cluster.dir),
             "healthy": healthy,
             "processes": [c.to_json() for c in checks],
+            "groups": groups,
+            "leader": leader,
         }
         print(json.dumps(body, indent=2))
         return 0 if healthy else 1
     table = Table(title=f"mqgw cluster in {cluster.dir}")
-    for column in ("name", "role", "pid", "alive", "endpoint", "health"):
+    for column in ("name", "role", "epoch", "pid", "alive", "endpoint", "health"):
         table.add_column(column)
     for c in checks:
         mark = "[green]ok[/]" if c.healthy else "[red]FAIL[/]"
         table.add_row(
             c.member.name,
             c.member.role,
+            _epoch(c.member),
             str(c.member.pid) if c.alive else "-",
             "yes" if c.alive else "[red]no[/]",
             c.member.endpoint,
@@ -123,6 +195,14 @@ def _status(args: argparse.Namespace) -> int:
         )
     console = _console()
     console.print(table)
+    for group in groups:
+        fence = f"; switchover to {group['fence']} under way" if group["fence"] else ""
+        console.print(
+            f"group {group['group']}: master {group['master'] or '(none yet)'} at epoch "
+            f"{group['epoch']}; in sync: {', '.join(group['in_sync']) or '-'}{fence}"
+        )
+    if cluster.controllers:
+        console.print(f"controller leader: {leader or '(none: the lease is free)'}")
     console.print("healthy" if healthy else "[red]not healthy[/]")
     return 0 if healthy else 1
 
@@ -202,11 +282,22 @@ def add_cluster_commands(commands: Any) -> None:
             "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help=text
         )
 
-    up = sub("up", "start redis, the brokers and the gateways; wait until all are ready")
+    up = sub("up", "start redis, controllers, brokers and gateways; wait until all are ready")
     up.add_argument("--gateways", type=int, default=1, metavar="N", help="gateways (default 1)")
     up.add_argument("--groups", type=int, default=1, metavar="G", help="broker groups (default 1)")
     up.add_argument(
-        "--replicas", type=int, default=1, metavar="R", help=f"brokers per group: 1 ({_PART_2})"
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="R",
+        help="brokers per group (default 1); 2 or more: master/slave replication (sync)",
+    )
+    up.add_argument(
+        "--controllers",
+        type=int,
+        default=None,
+        metavar="C",
+        help="`mqgw controller`s c1..cC (default 2 with --replicas ≥ 2, else 0)",
     )
     timeout(up, "seconds each process has to become ready (default 30)")
     up.set_defaults(func=_up)
@@ -216,16 +307,20 @@ def add_cluster_commands(commands: Any) -> None:
     status.set_defaults(func=_status)
 
     stop = sub("stop", "stop one process (SIGTERM, then SIGKILL after --timeout)")
-    stop.add_argument("name", metavar="NAME", help="as in cluster.json: redis, broker-g1-0, gw1")
+    stop.add_argument(
+        "name", metavar="NAME", help="as in cluster.json: redis, c1, broker-g1-0, gw1"
+    )
     stop.add_argument("--kill", action="store_true", help="SIGKILL at once (a crash)")
     timeout(stop, "seconds to wait after SIGTERM before SIGKILL (default 30)")
     stop.set_defaults(func=_stop)
 
     start = sub("start", "start one stopped process again: same data, same ports")
-    start.add_argument("name", metavar="NAME", help="as in cluster.json: redis, broker-g1-0, gw1")
+    start.add_argument(
+        "name", metavar="NAME", help="as in cluster.json: redis, c1, broker-g1-0, gw1"
+    )
     timeout(start, "seconds it has to become ready (default 30)")
     start.set_defaults(func=_start)
 
-    down = sub("down", "stop everything: gateways, then brokers, then redis")
+    down = sub("down", "stop everything: watcher, gateways, brokers, controllers, redis")
     timeout(down, "seconds each tier has after SIGTERM before SIGKILL (default 30)")
     down.set_defaults(func=_down)

@@ -3,28 +3,34 @@
 Each one that changes the cluster holds an exclusive lock on D/.cluster.lock, so two
 commands on the same directory (a test's teardown and a stray `up`, say) cannot interleave,
 and writes cluster.json after every step: if a command dies half-way, the file still names
-every process it started, and `down` can stop them.
+every process it started, and `down` can stop them. The watcher (bench/cluster/watch.py)
+takes the same lock for each rewrite, without waiting for it: while a command holds it, the
+command refreshes the roles itself (``roles.refresh``) before it writes.
 """
 
 from __future__ import annotations
 
 import fcntl
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.cluster import launch
+from bench.cluster import launch, probes, roles
 from bench.cluster.layout import (
     STATE_FILE,
     BrokerMember,
     Cluster,
     ClusterError,
     Member,
+    Shape,
     load,
     plan,
 )
 
 OnReady = Callable[[Member, float], None]  # a process is up, after so many seconds
+OnNote = Callable[[str], None]  # progress that is not one process: a group got its master
+_MASTER_POLL_S = 0.1
 
 
 class AlreadyRunning(ClusterError):
@@ -43,10 +49,30 @@ def locked(directory: Path, create: bool = False) -> Iterator[None]:
         yield  # closing the file releases the lock
 
 
-def up(directory: Path, gateways: int, groups: int, timeout_s: float, on_ready: OnReady) -> Cluster:
-    """Start Redis, then the brokers, then the gateways, each tier once the one before is
-    ready. If anything fails to start, what did start is stopped again (nothing is left
-    half up) and ClusterError says why."""
+@contextmanager
+def try_locked(directory: Path) -> Iterator[bool]:
+    """Hold D/.cluster.lock if it is free now (True), else do nothing (False): for writers
+    that must not wait behind a command (the watcher, status)."""
+    with (directory / ".cluster.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
+def up(
+    directory: Path,
+    shape: Shape,
+    timeout_s: float,
+    on_ready: OnReady,
+    on_note: OnNote = lambda _text: None,
+) -> Cluster:
+    """Start Redis, the controllers, the brokers, then (once every replicated group has a
+    master, so that they find it) the gateways, and the watcher; each tier once the one
+    before is ready. If anything fails to start, what did start is stopped again (nothing
+    is left half up) and ClusterError says why."""
     directory = directory.resolve()
     with locked(directory, create=True):
         previous: Cluster | None = None
@@ -59,17 +85,70 @@ def up(directory: Path, gateways: int, groups: int, timeout_s: float, on_ready: 
                     f"`mqgw cluster down --dir {directory}` first"
                 )
         launch.redis_server()  # fail before starting anything if it is missing
-        cluster = plan(directory, gateways, groups, previous)
+        cluster = plan(directory, shape, previous)
         cluster.save()
         try:
-            for tier in ([cluster.redis], cluster.brokers, cluster.gateways):
+            first: list[Sequence[Member]] = [[cluster.redis], cluster.controllers, cluster.brokers]
+            for tier in first:
+                _start_tier(cluster, tier, timeout_s, on_ready)
+            _wait_for_masters(cluster, timeout_s, on_note)
+            for tier in (cluster.gateways, _watcher(cluster)):
                 _start_tier(cluster, tier, timeout_s, on_ready)
         except BaseException:  # Ctrl-C too: do not leave half a cluster behind
-            for tier in (cluster.gateways, cluster.brokers, [cluster.redis]):
-                launch.stop(tier, kill=False, timeout_s=10)
+            for members in _stop_order(cluster):
+                launch.stop(members, kill=False, timeout_s=10)
             cluster.save()
             raise
         return cluster
+
+
+def _watcher(cluster: Cluster) -> list[Member]:
+    return [cluster.watcher] if cluster.watcher is not None else []
+
+
+def _stop_order(cluster: Cluster) -> list[list[Member]]:
+    """The watcher, gateways (clients see a clean close while storage is still there),
+    brokers (they flush and checkpoint), controllers, Redis (which flushes its AOF)."""
+    return [
+        _watcher(cluster),
+        list(cluster.gateways),
+        list(cluster.brokers),
+        list(cluster.controllers),
+        [cluster.redis],
+    ]
+
+
+def _wait_for_masters(cluster: Cluster, timeout_s: float, on_note: OnNote) -> None:
+    """Until the controller has elected a master in every replicated group (it gives each
+    broker a couple of seconds to report first): gateways started before would find none."""
+    waiting = set(cluster.replicated_groups())
+    began = time.monotonic()
+    while waiting:
+        observed = roles.refresh(cluster)
+        for group in sorted(waiting):
+            record = observed.record(group) if observed is not None else None
+            if record is not None and record.master:
+                waiting.discard(group)
+                in_sync = ", ".join(sorted(record.in_sync))
+                on_note(
+                    f"group {group}: broker-{group}-{record.master} is master at epoch "
+                    f"{record.epoch} (in sync: {in_sync}), after {time.monotonic() - began:.1f} s"
+                )
+        dead = [m for m in (*cluster.controllers, *cluster.brokers) if not launch.is_alive(m)]
+        if dead:
+            raise ClusterError(
+                f"{dead[0].name} exited while its group waited for a master; the end of "
+                f"{dead[0].log}:\n{probes.log_tail(Path(dead[0].log))}"
+            )
+        if waiting and time.monotonic() - began > timeout_s:
+            log = cluster.controllers[0].log if cluster.controllers else cluster.redis.log
+            raise ClusterError(
+                f"no master elected in {', '.join(sorted(waiting))} within {timeout_s:g} s; "
+                f"the end of {log}:\n{probes.log_tail(Path(log))}"
+            )
+        if waiting:
+            time.sleep(_MASTER_POLL_S)
+    cluster.save()
 
 
 def _start_tier(
@@ -83,6 +162,7 @@ def _start_tier(
     finally:
         cluster.save()  # the pids, before waiting: a later `down` must find them
     launch.wait_ready(starting, timeout_s, on_ready)
+    roles.refresh(cluster)
     cluster.save()
 
 
@@ -115,18 +195,20 @@ def stop(directory: Path, name: str, kill: bool, timeout_s: float) -> launch.Sto
     with locked(directory):
         cluster = load(directory)
         (result,) = launch.stop([cluster.find(name)], kill, timeout_s)
+        roles.refresh(cluster)
         cluster.save()
         return result
 
 
 def down(directory: Path, timeout_s: float) -> list[launch.Stopped]:
-    """Stop everything: gateways first (clients see a clean close while storage is still
-    there), then brokers (they flush and checkpoint), then Redis (which flushes its AOF)."""
+    """Stop everything, in ``_stop_order``: the watcher first (it would rewrite roles while
+    the rest goes), Redis last."""
     directory = directory.resolve()
     with locked(directory):
         cluster = load(directory)
         results = []
-        for tier in (cluster.gateways, cluster.brokers, [cluster.redis]):
+        for tier in _stop_order(cluster):
             results += launch.stop(tier, kill=False, timeout_s=timeout_s)
+            roles.refresh(cluster)  # while Redis runs: no leader once the controllers went
             cluster.save()
         return results

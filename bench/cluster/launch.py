@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from bench.cluster import probes
@@ -24,9 +25,11 @@ from bench.cluster.layout import (
     BrokerMember,
     Cluster,
     ClusterError,
+    ControllerMember,
     GatewayMember,
     Member,
     RedisMember,
+    WatcherMember,
     port_free,
 )
 
@@ -65,12 +68,17 @@ def command(member: Member, cluster: Cluster) -> list[str]:
             "--daemonize", "no",
         ]  # fmt: skip
     if isinstance(member, BrokerMember):
+        replication = ["--replication", member.replication] if member.replicated else []
         return [
             *mqgw, "broker",
             "--data-dir", member.data_dir, "--port", str(member.port),
             "--group", member.group, "--id", member.broker_id,
-            "--meta", cluster.meta_url,
+            "--meta", cluster.meta_url, *replication,
         ]  # fmt: skip
+    if isinstance(member, ControllerMember):
+        return [*mqgw, "controller", "--meta", member.url, "--name", member.name]
+    if isinstance(member, WatcherMember):
+        return [sys.executable, "-m", "bench.cluster.watch", member.data_dir]
     if isinstance(member, GatewayMember):
         return [
             *mqgw, "serve",
@@ -110,6 +118,11 @@ def is_alive(member: Member) -> bool:
         return "redis-server" in joined and (
             f":{member.port}" in joined or str(member.port) in args
         )
+    if isinstance(member, ControllerMember):  # no data dir: its name on its Redis
+        named = any(a == "--name" and b == member.name for a, b in pairwise(args))
+        return "controller" in args and named and member.url in args
+    if isinstance(member, WatcherMember):
+        return "bench.cluster.watch" in args and member.data_dir in args
     return any("mqgw" in arg for arg in args) and member.data_dir in args
 
 
@@ -139,6 +152,12 @@ class Starting:
             return probes.amqp_answers(member.amqp_port) and (
                 probes.gateway_health(member.admin_url) is not None
             )
+        if isinstance(member, ControllerMember):
+            # Running its loop; which one leads is Redis's to say, read after the brokers.
+            text = probes.log_since(Path(member.log), self.log_offset)
+            return f"controller {member.name} started" in text
+        if isinstance(member, WatcherMember):
+            return "watching" in probes.log_since(Path(member.log), self.log_offset)
         raise TypeError(f"unknown member kind {type(member).__name__}")
 
 
@@ -152,7 +171,8 @@ def spawn(member: Member, cluster: Cluster) -> Starting:
             "new ports"
         )
     cmd = command(member, cluster)
-    Path(member.data_dir).mkdir(parents=True, exist_ok=True)
+    if member.data_dir:  # a controller has none
+        Path(member.data_dir).mkdir(parents=True, exist_ok=True)
     log_path = Path(member.log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # The children run this very checkout's code, wherever `mqgw` was started from.

@@ -11,10 +11,14 @@ import datetime
 import json
 import socket
 from dataclasses import asdict, dataclass, field
+from itertools import product
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1  # cluster.json's format version: bump when a reader must change
+FORMAT = 2  # cluster.json's format version: bump when a reader must change
+# Format 1 (cluster part 1) is format 2 without controllers, watcher, epochs and replication:
+# read as such, so a cluster started by an older mqgw can still be stopped by this one.
+READABLE_FORMATS = (1, 2)
 STATE_FILE = "cluster.json"
 HOST = "127.0.0.1"  # every process binds loopback only
 DEFAULT_TIMEOUT_S = 30.0  # to become ready; also the SIGTERM grace before SIGKILL
@@ -62,11 +66,20 @@ class RedisMember(Member):
 
 @dataclass(kw_only=True)
 class BrokerMember(Member):
-    role: str = "master"  # part 2 adds "slave" members of the same group
+    # Unreplicated: always "master". Replicated: "master", "slave" or "none", as Redis says
+    # (bench/cluster/roles.py), with the epoch it has it at.
+    role: str = "master"
     group: str
     broker_id: str
     port: int
     address: str
+    replication: str = "off"  # `mqgw broker --replication`: "sync" in a group of replicas
+    epoch: int = 0
+    in_sync: bool = True  # in its group's in-sync set (a lone master always is)
+
+    @property
+    def replicated(self) -> bool:
+        return self.replication != "off"
 
     @property
     def ports(self) -> list[int]:
@@ -94,12 +107,47 @@ class GatewayMember(Member):
         return f"amqp://{HOST}:{self.amqp_port} {self.admin_url}"
 
 
+@dataclass(kw_only=True)
+class ControllerMember(Member):
+    """`mqgw controller`: no ports, no data (its state is in Redis): ``data_dir`` is ""."""
+
+    role: str = "controller"
+    url: str  # the Redis it decides through (--meta)
+    leader: bool = False  # holds the controller lease, as last read
+
+    @property
+    def ports(self) -> list[int]:
+        return []
+
+    @property
+    def endpoint(self) -> str:
+        return "leader" if self.leader else "standby"
+
+
+@dataclass(kw_only=True)
+class WatcherMember(Member):
+    """`python -m bench.cluster.watch D`: rewrites roles, epochs and the controller leader in
+    cluster.json when they change. ``data_dir`` is D, whose cluster.json it keeps."""
+
+    role: str = "watcher"
+
+    @property
+    def ports(self) -> list[int]:
+        return []
+
+    @property
+    def endpoint(self) -> str:
+        return STATE_FILE
+
+
 @dataclass
 class Cluster:
     dir: Path
     redis: RedisMember
     brokers: list[BrokerMember] = field(default_factory=list)
     gateways: list[GatewayMember] = field(default_factory=list)
+    controllers: list[ControllerMember] = field(default_factory=list)
+    watcher: WatcherMember | None = None
 
     @property
     def meta_url(self) -> str:
@@ -110,8 +158,12 @@ class Cluster:
         return self.dir / STATE_FILE
 
     def members(self) -> list[Member]:
-        """In start order: Redis, brokers, gateways."""
-        return [self.redis, *self.brokers, *self.gateways]
+        """In start order: Redis, controllers, brokers, gateways, the watcher."""
+        watcher = [self.watcher] if self.watcher is not None else []
+        return [self.redis, *self.controllers, *self.brokers, *self.gateways, *watcher]
+
+    def replicated_groups(self) -> list[str]:
+        return sorted({b.group for b in self.brokers if b.replicated})
 
     def find(self, name: str) -> Member:
         for member in self.members():
@@ -127,8 +179,10 @@ class Cluster:
             "updated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "meta_url": self.meta_url,
             "redis": asdict(self.redis),
+            "controllers": [asdict(c) for c in self.controllers],
             "brokers": [asdict(b) for b in self.brokers],
             "gateways": [asdict(g) for g in self.gateways],
+            "watcher": asdict(self.watcher) if self.watcher is not None else None,
         }
 
     def save(self) -> None:
@@ -150,14 +204,20 @@ def load(directory: Path) -> Cluster:
         ) from None
     except (OSError, ValueError) as error:
         raise ClusterError(f"cannot read {path}: {error}") from None
-    if data.get("format") != FORMAT:
-        raise ClusterError(f"{path} has format {data.get('format')!r}; this mqgw reads {FORMAT}")
+    if data.get("format") not in READABLE_FORMATS:
+        raise ClusterError(
+            f"{path} has format {data.get('format')!r}; this mqgw reads formats "
+            f"{', '.join(map(str, READABLE_FORMATS))} (a newer mqgw wrote it: use that one)"
+        )
     try:
+        watcher = data.get("watcher")
         return Cluster(
             dir=directory,
             redis=RedisMember(**data["redis"]),
             brokers=[BrokerMember(**b) for b in data["brokers"]],
             gateways=[GatewayMember(**g) for g in data["gateways"]],
+            controllers=[ControllerMember(**c) for c in data.get("controllers", [])],
+            watcher=WatcherMember(**watcher) if watcher is not None else None,
         )
     except (KeyError, TypeError) as error:
         raise ClusterError(f"{path} is not a cluster description: {error}") from None
@@ -195,7 +255,17 @@ class _Ports:
                 return port
 
 
-def plan(directory: Path, gateways: int, groups: int, previous: Cluster | None) -> Cluster:
+@dataclass(frozen=True)
+class Shape:
+    """What `mqgw cluster up` was asked for."""
+
+    gateways: int = 1
+    groups: int = 1
+    replicas: int = 1  # brokers per group; 2 or more: replicated (`--replication sync`)
+    controllers: int = 0
+
+
+def plan(directory: Path, shape: Shape, previous: Cluster | None) -> Cluster:
     """The processes of a new cluster in ``directory``: names, ports, data dirs and logs.
     Names that ``previous`` had keep their ports where they can (same data, same place)."""
     ports = _Ports()
@@ -216,24 +286,36 @@ def plan(directory: Path, gateways: int, groups: int, previous: Cluster | None) 
         data_dir=str(directory / "redis"),
         log=logfile("redis"),
     )
+    controllers = [
+        ControllerMember(name=f"c{n}", url=redis.url, data_dir="", log=logfile(f"c{n}"))
+        for n in range(1, shape.controllers + 1)
+    ]
+    replicated = shape.replicas > 1
     brokers = []
-    for number in range(1, groups + 1):
-        group, broker_id = f"g{number}", "0"
+    for number, broker_id in product(range(1, shape.groups + 1), range(shape.replicas)):
+        group = f"g{number}"
         name = f"broker-{group}-{broker_id}"
         port = ports.take(old_port(name))
         brokers.append(
             BrokerMember(
                 name=name,
                 group=group,
-                broker_id=broker_id,
+                broker_id=str(broker_id),
                 port=port,
                 address=f"{HOST}:{port}",
                 data_dir=str(directory / "brokers" / f"{group}-{broker_id}"),
                 log=logfile(name),
+                # A replicated broker's role is the controller's to give: none until it does.
+                replication="sync" if replicated else "off",
+                role="none" if replicated else "master",
+                in_sync=not replicated,
             )
         )
+    watcher = None
+    if replicated or controllers:  # roles or a leader that can change while it runs
+        watcher = WatcherMember(name="watcher", data_dir=str(directory), log=logfile("watcher"))
     members = []
-    for number in range(1, gateways + 1):
+    for number in range(1, shape.gateways + 1):
         name = f"gw{number}"
         amqp_port, admin_port = ports.take(old_port(name, 0)), ports.take(old_port(name, 1))
         members.append(
@@ -247,4 +329,4 @@ def plan(directory: Path, gateways: int, groups: int, previous: Cluster | None) 
                 log=logfile(name),
             )
         )
-    return Cluster(directory, redis, brokers, members)
+    return Cluster(directory, redis, brokers, members, controllers, watcher)

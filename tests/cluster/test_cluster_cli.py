@@ -45,7 +45,9 @@ def state(directory: Path) -> dict[str, Any]:
 
 
 def entries(data: dict[str, Any]) -> list[dict[str, Any]]:
-    return [data["redis"], *data["brokers"], *data["gateways"]]
+    watcher = [data["watcher"]] if data.get("watcher") else []
+    return [data["redis"], *data.get("controllers", []), *data["brokers"], *data["gateways"],
+            *watcher]  # fmt: skip
 
 
 def running(entry: dict[str, Any]) -> bool:
@@ -62,6 +64,8 @@ def running(entry: dict[str, Any]) -> bool:
     if entry["role"] == "redis":  # it retitles itself "redis-server 127.0.0.1:PORT"
         joined = " ".join(args)
         return "redis-server" in joined and str(entry["port"]) in joined
+    if entry["role"] == "controller":  # no data dir: its name on its Redis
+        return "controller" in args and entry["name"] in args and entry["url"] in args
     return entry["data_dir"] in args
 
 
@@ -227,11 +231,46 @@ def _ports(entry: dict[str, Any]) -> list[int]:
     return [entry[k] for k in ("port", "amqp_port", "admin_port") if k in entry]
 
 
-def test_replicas_are_refused_and_nothing_starts(tmp_path: Path) -> None:
-    result = cli("up", "--dir", str(tmp_path / "mq"), "--replicas", "2")
-    assert result.returncode == 2
-    assert "replication comes with cluster part 2" in result.stderr
-    assert not (tmp_path / "mq" / "cluster.json").exists()
+def test_bad_shapes_are_refused_and_nothing_starts(tmp_path: Path) -> None:
+    d = str(tmp_path / "mq")
+    no_controller = cli("up", "--dir", d, "--replicas", "2", "--controllers", "0")
+    assert no_controller.returncode == 2
+    assert "needs a controller to elect masters" in no_controller.stderr
+    for flags in (["--replicas", "0"], ["--groups", "0"], ["--controllers", "-1"]):
+        refused = cli("up", "--dir", d, *flags)
+        assert refused.returncode == 2, flags
+        assert "must be ≥" in refused.stderr
+    assert not (tmp_path / "mq").exists()
+
+
+def test_cluster_json_formats(tmp_path: Path) -> None:
+    """A format 1 file (cluster part 1: no controllers, no epochs) is still read, so an older
+    cluster can be stopped; an unknown format is refused with what to do."""
+    directory = tmp_path / "mq"
+    directory.mkdir()
+    logs = directory / "logs"
+    old = {
+        "format": 1, "dir": str(directory), "meta_url": "redis://127.0.0.1:1/0",
+        "redis": {"name": "redis", "role": "redis", "pid": None, "alive": False,
+                  "data_dir": str(directory / "redis"), "log": str(logs / "redis.log"),
+                  "port": 1, "url": "redis://127.0.0.1:1/0"},
+        "brokers": [{"name": "broker-g1-0", "role": "master", "pid": None, "alive": False,
+                     "data_dir": str(directory / "brokers/g1-0"), "log": str(logs / "b.log"),
+                     "group": "g1", "broker_id": "0", "port": 2, "address": "127.0.0.1:2"}],
+        "gateways": [],
+    }  # fmt: skip
+    (directory / "cluster.json").write_text(json.dumps(old))
+    code, report = status(directory)
+    assert code == 1  # nothing runs, but it was read
+    assert [p["name"] for p in report["processes"]] == ["redis", "broker-g1-0"]
+    (broker,) = [p for p in report["processes"] if p["role"] == "master"]
+    assert broker["epoch"] == 0
+    assert cli("down", "--dir", str(directory)).returncode == 0
+    assert state(directory)["format"] == 2  # rewritten by down in the current format
+    (directory / "cluster.json").write_text(json.dumps({**old, "format": 99}))
+    newer = cli("status", "--dir", str(directory))
+    assert newer.returncode == 1
+    assert "has format 99; this mqgw reads formats 1, 2 (a newer mqgw wrote it" in newer.stderr
 
 
 def test_commands_without_a_cluster(tmp_path: Path) -> None:
