@@ -54,7 +54,9 @@ SCENARIOS = {
                 "group": "g7",
                 "replicas": 3,
                 "port": 7100,
-                "advertise": True,
+                "advertise": False,
+                "replication": "async",
+                "minInSync": 2,
                 "persistence": {"size": "50Gi", "storageClass": "fast-ssd"},
                 "nodeSelector": {"disk": "ssd"},
                 "extraArgs": ["--flush", "async"],
@@ -293,6 +295,7 @@ def test_command_lines_are_the_documented_ones(rendered: Rendered) -> None:
     assert main_container(rendered.component("broker"))["command"] == [
         "mqgw", "broker", "--data-dir", "/data", "--port", str(brokers["port"]), *host,
         "--group", brokers["group"], "--id", "$(POD_INDEX)", "--meta", meta,
+        "--replication", brokers["replication"], "--min-in-sync", str(brokers["minInSync"]),
         *brokers["extraArgs"],
     ]  # fmt: skip
     assert main_container(rendered.component("controller"))["command"] == [

@@ -76,12 +76,12 @@ def test_the_topology(config: dict[str, Any]) -> None:
 def test_command_lines(config: dict[str, Any]) -> None:
     services = config["services"]
     for name, broker_id in BROKERS.items():
-        # --host NAME instead of 0.0.0.0: the broker registers its listen address (see the
-        # comment in the file); the name is the container's own host name.
+        # Listens everywhere, registers its own host name (what the others connect to).
         assert services[name]["hostname"] == name
         assert argv(services[name]) == [
-            "mqgw", "broker", "--data-dir", "/data", "--port", "7000", "--host", name,
-            "--group", "g1", "--id", broker_id, "--meta", META,
+            "mqgw", "broker", "--data-dir", "/data", "--port", "7000", "--host", "0.0.0.0",
+            "--advertise", f"{name}:7000", "--group", "g1", "--id", broker_id, "--meta", META,
+            "--replication", "sync",
         ]  # fmt: skip
     for name in CONTROLLERS:
         assert argv(services[name]) == ["mqgw", "controller", "--meta", META, "--name", name]
