@@ -1,0 +1,275 @@
+"""Stream queues (``x-queue-type: stream``) on the log, as RabbitMQ 3.10 offers them over
+AMQP 0-9-1 — where mqgw's design is native: a stream is a queue whose log is never consumed,
+only read.
+
+- The queue itself (``StreamQueue``) never delivers and keeps no buffer. Each consumer reads
+  from its own position through a ``StreamSubscription`` (the machinery of broadcast
+  consumption, gateway/broadcast.py: its own cursor, buffer and in-flight set, pushed by the
+  same scheduler; the node's ``Broadcasts`` registry routes the queue's wake-ups to them).
+- Reading removes nothing. An ack only gives the consumer its credit back (and moves a named
+  consumer's tracked offset); ``basic.qos`` prefetch is required, automatic acknowledgement,
+  basic.get, nack/reject and queue.purge are refused with RabbitMQ's codes and texts.
+- Every delivery carries its offset in the ``x-stream-offset`` header (a signed 64-bit long,
+  added last to the message's headers, as RabbitMQ does). Offsets count from 0 per stream.
+- A stream has one partition: its offsets are one sequence, as RabbitMQ's are.
+- Retention: ``x-max-age`` (the node's housekeeping drops what is older, see
+  ``Node.apply_queue_retention``) and ``x-max-length-bytes`` (the oldest messages go as soon
+  as the stream's bodies pass the limit). The queue's own consumer group holds the stream's
+  start (its retention floor), which is what keeps the log from being reclaimed.
+- mqgw extension, server-side offset tracking (what RabbitMQ's stream plugin offers and its
+  AMQP 0-9-1 streams do not): a consumer passing ``x-mqgw-stream-consumer-name`` reads under
+  that name; its position (the lowest offset delivered and not acked, or the next one) is
+  stored in the queue's consumer group ``stream:<name>`` and a later consumer with the name
+  resumes there, whatever its ``x-stream-offset`` (which only applies the first time).
+  Stored offsets are biased by ``TRACKED_BIAS``: the store counts every group's offset as a
+  read start, and a tracked offset must not keep data past the stream's retention (RabbitMQ's
+  do not). One consumer at a time may use a name (403 otherwise).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gateway.amqp import property_bytes as pb
+from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
+from gateway.broadcast import Broadcasts, BroadcastSubscription
+from gateway.queue_runtime import FETCH_BATCH, PumpResult, QueueRuntime, wall_ms
+from gateway.stream_offset import (
+    STREAM_OFFSET_ARG,
+    InvalidStreamOffset,
+    OffsetSpec,
+    parse_stream_offset,
+    start_offset,
+)
+from meta.checks import queue_type_of
+from meta.errors import resource_name
+from storage import StoredMessage
+
+if TYPE_CHECKING:
+    from gateway.channel_state import ChannelState
+    from gateway.session import Session
+
+STREAM = "stream"
+CONSUMER_NAME_ARG = "x-mqgw-stream-consumer-name"
+TRACKED_BIAS = 1 << 61  # added to stored tracked offsets (see the module doc)
+
+
+def is_stream(queue: QueueRuntime) -> bool:
+    return isinstance(queue, StreamQueue | StreamSubscription)
+
+
+def _where(queue: QueueRuntime) -> str:
+    return resource_name("queue", queue.name, queue.definition.vhost)
+
+
+def not_supported(what: str, queue: QueueRuntime, class_id: int, method_id: int) -> Exception:
+    """RabbitMQ's 540 for what a stream queue does not do (basic.get, queue.purge...)."""
+    detail = f"{what} not supported by stream queues {_where(queue)}"
+    return AMQPNotImplemented(detail, class_id, method_id)
+
+
+class StreamQueue(QueueRuntime):
+    """The stream itself: its length, bytes and retention; it delivers nothing."""
+
+    def caught_up(self, starts: Mapping[tuple[int, int], int]) -> bool:
+        return False  # new messages go to the subscriptions, which read them from the store
+
+    def congested(self) -> bool:
+        return False  # the stream's length is no backlog: publishers never wait for readers
+
+    def pump(self, quota: int, now: float) -> PumpResult:
+        return PumpResult.NO_MESSAGES
+
+    async def fill(self) -> None:
+        return None
+
+    async def message_count(self) -> int:
+        return self.ready_count  # what the stream holds (RabbitMQ's declare-ok shows it too)
+
+    async def expire(self, now_ms: int) -> int | None:
+        return None  # a stream ignores message TTLs (as RabbitMQ's); retention removes
+
+    def over_limit(self) -> bool:
+        limit = self.behaviour.max_length_bytes
+        return limit is not None and self.ready_bytes > limit
+
+    async def enforce_limits(self) -> None:
+        """x-max-length-bytes is retention here: the oldest messages go until the stream's
+        bodies fit (nothing is dead-lettered; readers past them are unaffected)."""
+        limit = self.behaviour.max_length_bytes
+        if limit is None or self.ready_bytes <= limit:
+            return
+        excess = self.ready_bytes - limit
+        offset, dropped, dropped_bytes = self.cursors[0], 0, 0
+        while dropped_bytes < excess:
+            result = await self.store.read(self.queue_id, 0, offset, FETCH_BATCH)
+            offset = max(offset, result.min_offset)
+            if not result.messages:
+                break
+            for message in result.messages:
+                if dropped_bytes >= excess:
+                    break
+                dropped_bytes += len(message.body)
+                dropped += 1
+                offset = message.queue_offset + 1
+        if offset > self.cursors[0]:
+            self.cursors[0] = offset
+            self.ready_count = max(0, self.ready_count - dropped)
+            self.ready_bytes -= dropped_bytes
+            self.dropped_by_retention += dropped
+            self.commit_dirty = True
+            await self.commit()  # the floor moves now: reclaim may free the oldest segments
+
+
+class StreamSubscription(BroadcastSubscription):
+    """One consumer's position in a stream (see the module doc)."""
+
+    def __init__(self, queue: QueueRuntime, group: str, persistent: bool) -> None:
+        super().__init__(queue, group, persistent)
+        self.spec = OffsetSpec("next")
+
+    async def start(self) -> None:
+        store, queue_id = self.store, self.queue_id
+        stats = await store.queue_stats(queue_id)
+        part = stats.partitions[0]
+        low = max(part.min_offset, self.queue.cursors[0])  # the stream's retention floor
+        if self.persistent:
+            stored = await store.committed_offset(self.group, queue_id, 0)
+            if stored >= TRACKED_BIAS:
+                self.cursors[0] = min(max(stored - TRACKED_BIAS, low), part.max_offset)
+                return
+        at = part.max_offset
+        if self.spec.kind == "time":
+            at = await store.offset_for_time(queue_id, 0, self.spec.value)
+        self.cursors[0] = start_offset(self.spec, low, part.max_offset, at)
+        if self.persistent:
+            self.commit_dirty = True
+            await self.commit()  # a reconnect resumes from here, even with nothing delivered
+
+    async def fill(self) -> None:
+        """Read on from the stream's retention floor if retention passed this position."""
+        self.cursors[0] = max(self.cursors[0], self.queue.cursors[0])
+        await super().fill()
+
+    def take(self, now_ms: int | None = None) -> tuple[int, StoredMessage, bool] | None:
+        taken = self._pop_head()
+        if taken is None:
+            return None
+        partition, message, redelivered = taken
+        self.ready_count -= 1
+        self.ready_bytes -= len(message.body)
+        self.inflight[partition].add(message.queue_offset)
+        return partition, _with_offset(message), redelivered
+
+    def requeue(self, partition: int, message: StoredMessage) -> None:
+        """Unacked at a channel close: a named position goes back to it (not RabbitMQ's:
+        its streams have no tracked positions over AMQP 0-9-1); others are forgotten."""
+        if self.persistent:
+            super().requeue(partition, message)
+        else:
+            self.inflight[partition].discard(message.queue_offset)
+
+    async def commit(self) -> None:
+        if not self.persistent or not self.commit_dirty or self.deleted:
+            return
+        self.commit_dirty = False
+        offset = self.committed_offsets()[0]
+        await self.store.commit_offset(self.group, self.queue_id, 0, offset + TRACKED_BIAS)
+
+
+def _with_offset(message: StoredMessage) -> StoredMessage:
+    """The message with its offset in the ``x-stream-offset`` header (signed long)."""
+    try:
+        properties = pb.set_header(
+            message.properties, STREAM_OFFSET_ARG, "l", pb.long(message.queue_offset)
+        )
+    except pb.PropertyError:
+        return message  # properties the broker cannot edit go out as they came in
+    return message._replace(properties=memoryview(properties))
+
+
+def _check_stream_consume(
+    queue: QueueRuntime,
+    channel: ChannelState,
+    arguments: Mapping[str, Any],
+    types: Mapping[str, str],
+    no_ack: bool,
+) -> OffsetSpec:
+    """RabbitMQ's order: the offset argument, then the prefetch, then the ack mode."""
+    try:
+        spec = parse_stream_offset(
+            arguments.get(STREAM_OFFSET_ARG), types.get(STREAM_OFFSET_ARG), wall_ms()
+        )
+    except InvalidStreamOffset as invalid:
+        raise PreconditionFailed(
+            f"invalid arg '{STREAM_OFFSET_ARG}' for {_where(queue)}: {invalid.term}", 60, 20
+        ) from None
+    if not channel.prefetch_count:
+        raise PreconditionFailed(
+            f"consumer prefetch count is not set for '{_where(queue)}'", 60, 20
+        )
+    if no_ack:
+        raise not_supported("automatic acknowledgement", queue, 60, 20)
+    name = arguments.get(CONSUMER_NAME_ARG)
+    if name is not None and (not isinstance(name, str) or not name):
+        raise PreconditionFailed(
+            f"invalid arg '{CONSUMER_NAME_ARG}' for {_where(queue)}: a non-empty string", 60, 20
+        )
+    return spec
+
+
+async def consumer_queue(
+    session: Session,
+    channel: ChannelState,
+    queue: QueueRuntime,
+    tag: str,
+    tag_given: bool,
+    consume: Any,
+) -> QueueRuntime:
+    """What a new consumer reads: its own subscription of a stream, or what broadcast
+    consumption gives for other queues (which refuse ``x-stream-offset`` as RabbitMQ's
+    classic and quorum queues do)."""
+    broadcasts: Broadcasts = session.node.broadcasts
+    arguments: Mapping[str, Any] = consume.arguments or {}
+    if not isinstance(queue, StreamQueue):
+        if STREAM_OFFSET_ARG in arguments:
+            queue_type = queue_type_of(queue.definition)
+            raise PreconditionFailed(
+                f"invalid arg '{STREAM_OFFSET_ARG}' for {_where(queue)} "
+                f"of queue type rabbit_{queue_type}_queue",
+                60,
+                20,
+            )
+        return await broadcasts.consumer_queue(queue, session, tag, tag_given)
+    types = dict(getattr(consume, "argument_types", None) or {})
+    spec = _check_stream_consume(queue, channel, arguments, types, consume.no_ack)
+    name = arguments.get(CONSUMER_NAME_ARG)
+    persistent = isinstance(name, str)
+    group = f"stream:{name}" if persistent else f"stream:{session.id}:{tag}:{time.monotonic()}"
+    subscriptions = broadcasts.by_queue.setdefault(queue, {})
+    subscription = subscriptions.get(group)
+    if subscription is None:
+        fresh = StreamSubscription(queue, group, persistent)
+        fresh.spec = spec
+        await fresh.start()
+        if queue.deleted:
+            raise NotFound(f"no {_where(queue)}", 60, 20)
+        subscription = subscriptions.setdefault(group, fresh)
+    if subscription.claimed:
+        raise AccessRefused(f"{_where(queue)}: stream consumer name '{name}' is in use", 60, 20)
+    subscription.claimed = True
+    subscription.exhausted = False
+    return subscription
+
+
+def check_recover(channel: ChannelState, class_id: int, method_id: int) -> None:
+    """basic.recover on a channel reading a stream: refused (RabbitMQ 3.10 fails the
+    connection with 541 there; mqgw answers 540 like the other methods streams lack)."""
+    for delivery in channel.unacked.values():
+        if is_stream(delivery.queue):
+            raise not_supported("basic.recover", delivery.queue, class_id, method_id)
+    for consumer in channel.consumers.values():
+        if is_stream(consumer.queue):
+            raise not_supported("basic.recover", consumer.queue, class_id, method_id)
