@@ -1,0 +1,257 @@
+"""`mqgw replay reconcile`: what arrived in the target's log against what the capture routed.
+
+Arrivals are the target's records (the ``mqgw-log`` source over its data dir) carrying this
+capture's ``x-mqgw-replay`` header; redeliveries and dead letters are re-appends of a message
+already counted, so they are left out. Expected queues are the capture's ``routed_queues``
+(for a default-exchange publish RabbitMQ's tracer lists the routing key even when no such
+queue exists: a name the target lacks there counts as unroutable). Where the capture names
+no queues, any queue is accepted and the message is missing only if it arrived nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as sf
+
+from replay.amqp_props import REPLAY_HEADER, without_replay_header
+from replay.log_reader import queue_names
+from replay.report_html import render_html
+from replay.run import malformed_rows, plan_messages
+from replay.spark import load_capture
+from replay.stats import distribution, rate_series
+
+FIRST = 20  # discrepancies of each kind listed in the report
+
+
+@dataclass
+class ReconcileOptions:
+    capture: Path
+    fmt: str
+    store: Path
+    out: Path
+    results: Path | None = None  # the run's output dir (default: ``out``)
+    order_key: str | None = None  # default: the run's, else "channel"
+    from_ms: int | None = None
+    to_ms: int | None = None
+
+
+def _run_document(options: ReconcileOptions) -> dict[str, Any]:
+    path = (options.results or options.out) / "run.json"
+    return dict(json.loads(path.read_text())) if path.is_file() else {}
+
+
+def arrivals(spark: SparkSession, store: Path, capture_name: str) -> DataFrame:
+    """The target's records of this capture: one row per (record, queue)."""
+    header = f"$['{REPLAY_HEADER}']"
+    log = spark.read.format("mqgw-log").load(str(store))
+    return (
+        log.filter(~sf.col("redelivered"))
+        .withColumn("headers", sf.col("properties.headers"))
+        .filter(sf.get_json_object("headers", header).isNotNull())
+        .filter(sf.get_json_object("headers", "$['x-death']").isNull())
+        .filter(sf.get_json_object("headers", header + ".capture") == capture_name)
+        .select(
+            sf.get_json_object("headers", header + ".id").alias("capture_id"),
+            "offset",
+            "store_ts_ms",
+            sf.explode_outer("queues").alias("queue"),
+            sf.col("body").alias("arrived_body"),
+            sf.col("properties_raw").alias("arrived_properties"),
+        )
+    )
+
+
+def expected_routes(planned: DataFrame, target_queues: set[str], arrived: DataFrame) -> DataFrame:
+    """(capture_id, queue) for every queue the capture says a message reached."""
+    known = sf.array(*[sf.lit(q) for q in sorted(target_queues)]) if target_queues else None
+    routed = sf.col("routed_queues")
+    if known is not None:  # the tracer's default-exchange echo of a missing queue
+        routed = sf.when(
+            sf.col("exchange") == "", sf.filter(routed, lambda q: sf.array_contains(known, q))
+        ).otherwise(routed)
+    listed = planned.filter(sf.col("routed_queues").isNotNull()).select(
+        "capture_id", sf.explode(routed).alias("queue")
+    )
+    unknown = planned.filter(sf.col("routed_queues").isNull()).select("capture_id")
+    seen = arrived.select("capture_id", "queue").distinct()
+    accepted = unknown.join(seen, "capture_id", "left")
+    return listed.unionByName(
+        accepted.select("capture_id", sf.coalesce("queue", sf.lit("(anywhere)")).alias("queue"))
+    ).distinct()
+
+
+def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
+    started = time.monotonic()
+    run = _run_document(options)
+    run_options = run.get("options", {})
+    order_key = options.order_key or run_options.get("order_key") or "channel"
+    from_ms = options.from_ms if options.from_ms is not None else run_options.get("from_ms")
+    to_ms = options.to_ms if options.to_ms is not None else run_options.get("to_ms")
+    capture = load_capture(spark, options.capture, options.fmt, from_ms, to_ms).cache()
+    planned = plan_messages(capture, order_key).cache()
+    arrived = arrivals(spark, options.store, options.capture.name).cache()
+    target_queues = {q.name for q in queue_names(options.store).values()}
+    expected = expected_routes(planned, target_queues, arrived)
+
+    copies = arrived.groupBy("capture_id", "queue").agg(
+        sf.count("*").alias("copies"), sf.min("offset").alias("offset")
+    )
+    matched = expected.withColumn("expected", sf.lit(True)).join(
+        copies, ["capture_id", "queue"], "full_outer"
+    )
+    matched = matched.withColumn(
+        "kind",
+        sf.when(sf.col("expected").isNull(), "misrouted")
+        .when(sf.col("copies").isNull(), "missing")
+        .otherwise("arrived"),
+    ).cache()
+    per_queue = (
+        matched.groupBy("queue")
+        .agg(
+            sf.sum(sf.col("expected").isNotNull().cast("long")).alias("expected"),
+            sf.sum((sf.col("kind") == "arrived").cast("long")).alias("arrived"),
+            sf.sum((sf.col("kind") == "missing").cast("long")).alias("missing"),
+            sf.sum((sf.col("copies") > 1).cast("long")).alias("duplicated"),
+            sf.sum((sf.col("kind") == "misrouted").cast("long")).alias("misrouted"),
+        )
+        .collect()
+    )
+    queues = {
+        str(r["queue"]): {k: int(r[k] or 0) for k in r.asDict() if k != "queue"} for r in per_queue
+    }
+    totals = {
+        k: sum(q[k] for q in queues.values())
+        for k in ("expected", "arrived", "missing", "duplicated", "misrouted")
+    }
+
+    first_arrivals = matched.filter(sf.col("kind") == "arrived").join(
+        planned.select("capture_id", "order_key", "key_seq"), "capture_id"
+    )
+    earlier = Window.partitionBy("queue", "order_key").orderBy("offset")
+    before = earlier.rowsBetween(Window.unboundedPreceding, -1)
+    ordered = first_arrivals.withColumn("after_seq", sf.max("key_seq").over(before))
+    violations = ordered.filter(sf.col("key_seq") < sf.col("after_seq")).cache()
+    order = {
+        "order_key": order_key,
+        "keys": planned.select("order_key").distinct().count(),
+        "violations": violations.count(),
+        "keys_with_violations": violations.select("queue", "order_key").distinct().count(),
+    }
+
+    content = _content_mismatches(planned, arrived)
+    results = _results(spark, options.results or options.out)
+    latency = _latency(arrived, results)
+    report: dict[str, Any] = {
+        "capture": {
+            "path": str(options.capture),
+            "format": options.fmt,
+            "messages": planned.count(),
+            "malformed": capture.filter(sf.col("error").isNotNull()).count(),
+        },
+        "target": {
+            "store": str(options.store),
+            "replayed_records": arrived.select("offset").distinct().count(),
+        },
+        "totals": {**totals, "order_violations": order["violations"], **content["counts"]},
+        "queues": dict(sorted(queues.items())),
+        "order": order,
+        "latency_ms": distribution(latency, "latency_ms") if latency is not None else None,
+        "pacing_error_ms": distribution(results, "lag_ms") if results is not None else None,
+        "sends": _outcomes(results),
+        "rates": rate_series(planned, results, run.get("plan") or {}),
+        "discrepancies": {
+            "missing": _first(matched.filter(sf.col("kind") == "missing"), ["capture_id", "queue"]),
+            "duplicated": _first(
+                matched.filter(sf.col("copies") > 1), ["capture_id", "queue", "copies"]
+            ),
+            "misrouted": _first(
+                matched.filter(sf.col("kind") == "misrouted"), ["capture_id", "queue", "offset"]
+            ),
+            "out_of_order": _first(
+                violations,
+                ["queue", "order_key", "capture_id", "key_seq", "after_seq", "offset"],
+                "offset",
+            ),
+            **content["first"],
+            "malformed_lines": malformed_rows(capture, FIRST),
+        },
+    }
+    ok = not (totals["missing"] or totals["misrouted"] or order["violations"])
+    report["ok"] = ok
+    report["seconds"] = round(time.monotonic() - started, 3)
+    for frame in (capture, planned, arrived, matched, violations):
+        frame.unpersist()
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (options.out / "report.html").write_text(render_html(report), encoding="utf-8")
+    return report
+
+
+def _first(frame: DataFrame, columns: list[str], order: str = "capture_id") -> list[dict[str, Any]]:
+    return [r.asDict() for r in frame.select(*columns).orderBy(order).limit(FIRST).collect()]
+
+
+def _content_mismatches(planned: DataFrame, arrived: DataFrame) -> dict[str, Any]:
+    """Body and property differences of each message's first arrival (any queue)."""
+    once = Window.partitionBy("capture_id").orderBy("offset")
+    first = arrived.withColumn("n", sf.row_number().over(once)).filter(sf.col("n") == 1)
+    pairs = first.join(planned.select("capture_id", "body", "properties_raw"), "capture_id")
+
+    def same_properties(captured: bytes | None, stored: bytes | None) -> bool:
+        if captured is None or stored is None:
+            return captured is stored
+        return without_replay_header(bytes(captured)) == without_replay_header(bytes(stored))
+
+    same = sf.udf(same_properties, "boolean", useArrow=True)
+    checked = pairs.select(
+        "capture_id",
+        "offset",
+        (sf.col("body") != sf.col("arrived_body")).alias("body_differs"),
+        (~same("properties_raw", "arrived_properties")).alias("properties_differ"),
+    ).cache()
+    body = checked.filter("body_differs")
+    props = checked.filter("properties_differ")
+    result = {
+        "counts": {"body_mismatches": body.count(), "property_mismatches": props.count()},
+        "first": {
+            "body_mismatch": _first(body, ["capture_id", "offset"]),
+            "property_mismatch": _first(props, ["capture_id", "offset"]),
+        },
+    }
+    checked.unpersist()
+    return result
+
+
+def _results(spark: SparkSession, run_dir: Path) -> DataFrame | None:
+    path = run_dir / "results.parquet"
+    if not any(path.glob("*.parquet")):
+        return None
+    frame = spark.read.parquet(str(path))
+    # A resumed run may have sent a message again: its last attempt counts.
+    last = Window.partitionBy("capture_id").orderBy(sf.col("sent_ms").desc())
+    return frame.withColumn("n", sf.row_number().over(last)).filter(sf.col("n") == 1).drop("n")
+
+
+def _latency(arrived: DataFrame, results: DataFrame | None) -> DataFrame | None:
+    """Schedule to store, per arrival's first copy: the target's store time minus due time."""
+    if results is None:
+        return None
+    first = arrived.groupBy("capture_id").agg(sf.min("store_ts_ms").alias("store_ts_ms"))
+    return first.join(results.select("capture_id", "due_ms"), "capture_id").select(
+        (sf.col("store_ts_ms") - sf.col("due_ms")).alias("latency_ms")
+    )
+
+
+def _outcomes(results: DataFrame | None) -> dict[str, int] | None:
+    if results is None:
+        return None
+    return {
+        str(r["outcome"]): int(r["n"])
+        for r in results.groupBy("outcome").agg(sf.count("*").alias("n")).collect()
+    }
