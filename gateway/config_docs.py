@@ -95,6 +95,9 @@ RABBITMQ: dict[str, tuple[str, str]] = {
     "log_file_rotation": ("`log.file.rotation.size`, `log.file.rotation.date`", ""),
     "log_file_rotation_count": ("`log.file.rotation.count`", ""),
     "log_format": ("`log.console.formatter`, `log.file.formatter` (plaintext)", ""),
+    "otel_endpoint": ("- (RabbitMQ 3.10 has no OpenTelemetry; its firehose is "
+                      "`rabbitmqctl trace_on`, here `mqgw ctl trace on`)", ""),
+    "otel_sampling_ratio": ("-", ""),
 }  # fmt: skip
 DEFAULT_TEXT = {"node_name": "`mqgw@HOSTNAME`"}
 

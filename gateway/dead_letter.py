@@ -12,6 +12,13 @@ queue's dead-letter exchange with:
 - the dead-letter routing key if the queue has one (and then the CC header is removed), else
   the original routing keys.
 
+At-least-once (``x-dead-letter-strategy: at-least-once``, RabbitMQ's quorum-queue option, in
+force only with ``x-overflow: reject-publish`` and a dead-letter exchange, as in RabbitMQ;
+classic queues refuse the argument as RabbitMQ 3.10 does): the original stays unsettled in
+its queue (its offset holds the committed position, so a restart delivers it again) until the
+dead letter's append is durable; a dead letter that routes nowhere, or whose append fails,
+is kept and retried every housekeeping tick (about a second).
+
 Cycles (checked on the updated x-death, as rabbit_dead_letter:publish does): a dead letter
 routed into a queue it already died in is dropped for that queue unless some death since
 then was a rejection (a client decided, so it is not an automatic loop).
@@ -19,6 +26,7 @@ then was a rejection (a client decided, so it is not an automatic loop).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from gateway.amqp import property_bytes as pb
@@ -40,6 +48,9 @@ class DeadLetter(NamedTuple):
     dlx: str
     dlrk: str | None
     to_dlq: bool = False  # dlrk names the queue's own .dlq: declare it if missing
+    # x-dead-letter-strategy at-least-once: called once the dead letter is durable (the
+    # original is settled then, not before); None: at-most-once (settled when it left).
+    settled: Callable[[], None] | None = None
 
 
 class Republish(NamedTuple):

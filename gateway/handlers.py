@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import base, commands
 
+from gateway import stream_queue
 from gateway.amqp import frame_writer, unchecked
 from gateway.amqp.errors import (
     AccessRefused,
@@ -248,6 +249,8 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
         argument_types=_argument_types(m),
         partitions=session.node.settings.queue_partitions,
     )
+    if checks.queue_type_of(definition) == stream_queue.STREAM:
+        definition = definition.model_copy(update={"partitions": 1})  # one offset sequence
     if not m.passive:  # a passive declare checks no permission
         await _authorize_queue_declare(session, vhost, definition, m)
     queue = await vhost.declare_queue(definition, m.passive, session.owner_id)
@@ -296,6 +299,8 @@ async def queue_purge(session: Session, channel: ChannelState, m: commands.Queue
     session.grants.require("read", "queue", name, 50, 30)
     queue = vhost.queue(name, 50, 30)
     _exclusive_check(session, queue, 50, 30)
+    if stream_queue.is_stream(queue):
+        raise stream_queue.not_supported("queue.purge", queue, 50, 30)
     count = await session.node.broadcasts.purge(queue)
     _send(session, channel, commands.Queue.PurgeOk(count), m.nowait)
 
@@ -313,6 +318,8 @@ async def queue_delete(session: Session, channel: ChannelState, m: commands.Queu
         if m.if_unused and queue.consumers:
             raise PreconditionFailed(f"{where} in use", 50, 40)
         count = await session.node.broadcasts.message_count(queue)
+        if stream_queue.is_stream(queue):
+            count = 0  # as RabbitMQ: a stream is never "not empty" and deletes with 0
         if m.if_empty and count:
             raise PreconditionFailed(f"{where} not empty", 50, 40)
         # Consumers are cancelled as the queue goes: this channel's cancels wait for delete-ok.
@@ -383,7 +390,7 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
     priority = (m.arguments or {}).get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise PreconditionFailed(f"invalid arg 'x-priority' for consumer '{tag}'", 60, 20)
-    queue = await session.node.broadcasts.consumer_queue(queue, session, tag, bool(m.consumer_tag))
+    queue = await stream_queue.consumer_queue(session, channel, queue, tag, bool(m.consumer_tag), m)
     consumer = Consumer(
         tag,
         channel,
@@ -439,6 +446,8 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
     session.grants.require("read", "queue", name, 60, 70)
     queue = _vhost(session).queue(name, 60, 70)
     _exclusive_check(session, queue, 60, 70)
+    if stream_queue.is_stream(queue):
+        raise stream_queue.not_supported("basic.get", queue, 60, 70)
     queue.last_used = time.monotonic()
     if not may_get(session, queue):  # stopped or throttled by an operator: nothing to get
         _send(session, channel, commands.Basic.GetEmpty())
@@ -449,16 +458,20 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
         return
     taken = await queue.get()
     if taken is None:
+        session.node.stats.get_empty += 1
         _send(session, channel, commands.Basic.GetEmpty())
         return
     partition, message, redelivered = taken
     queue.delivered += 1
+    session.node.stats.count_get(m.no_ack, redelivered)
     took_tokens(session, queue, len(message.body))
     tag = channel.take_tag()
     if m.no_ack:
         queue.settle(partition, message)
     else:
         channel.unacked[tag] = Delivery(queue, partition, message, None, time.monotonic())
+    if session.tap is not None:
+        message = session.tap.delivered(channel, queue, message, redelivered, tag)
     count = await queue.message_count()
     frames = frame_writer.get_ok(
         channel.number,
@@ -485,6 +498,9 @@ def _settle(
         deliveries = channel.pop_deliveries(tag, multiple)
     else:
         raise PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+    stream = next((d.queue for d in deliveries if stream_queue.is_stream(d.queue)), None)
+    if kind != "ack" and stream is not None:
+        raise stream_queue.not_supported("basic.nack and basic.reject", stream, 60, method_id)
     session.settle(channel, deliveries, None if kind == "ack" else requeue)
 
 
@@ -503,6 +519,7 @@ async def basic_reject(session: Session, channel: ChannelState, m: commands.Basi
 async def basic_recover(session: Session, channel: ChannelState, m: commands.Basic.Recover) -> None:
     if not m.requeue:
         raise AMQPNotImplemented("requeue=false", 60, 110)
+    stream_queue.check_recover(channel, 60, 110)
     session.requeue_unacked(channel)
     _send(session, channel, commands.Basic.RecoverOk())
 
@@ -512,6 +529,7 @@ async def basic_recover_async(
 ) -> None:
     if not m.requeue:
         raise AMQPNotImplemented("requeue=false", 60, 100)
+    stream_queue.check_recover(channel, 60, 100)
     session.requeue_unacked(channel)
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from gateway import taps
 from meta.change_feed import Change
-from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef
+from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, VHost
 
 if TYPE_CHECKING:
     from gateway.node import Node
@@ -37,6 +38,11 @@ async def apply_change(node: Node, change: Change) -> None:
         return
     if kind == "vhost.deleted":
         await node.forget_vhost(change.vhost)
+        return
+    if kind == "vhost.updated":  # the firehose switched on or off (a gateway's admin API)
+        updated, vhost = change.entity(), node.vhosts.get(change.vhost)
+        if isinstance(updated, VHost) and vhost is not None:
+            await taps.set_firehose(node, vhost, updated.tracing)
         return
     vhost = node.vhosts.get(change.vhost)
     if vhost is None:
@@ -80,10 +86,10 @@ async def reload(node: Node) -> None:
         if vhost is None:
             await node.open_vhost(name)
         else:
-            await _reload_vhost(vhost)
+            await _reload_vhost(node, vhost)
 
 
-async def _reload_vhost(vhost: VirtualHost) -> None:
+async def _reload_vhost(node: Node, vhost: VirtualHost) -> None:
     queues = {q.name: q for q in await vhost.meta.list_queues(vhost.name)}
     gone = [r.definition for name, r in vhost.queues.items() if name not in queues]
     if gone:
@@ -92,4 +98,5 @@ async def _reload_vhost(vhost: VirtualHost) -> None:
     for definition in queues.values():
         await vhost.adopt_queue(definition)
     await vhost.apply_policies()
+    await taps.restore_firehose(node, vhost)
     log.info("vhost %r reloaded from the metadata store", vhost.name)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pamqp import commands
 
-from gateway import memory, metadata_sync
+from gateway import memory, metadata_sync, taps
 from gateway.access import Access
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
 from gateway.broadcast import Broadcasts, BroadcastScheduler
@@ -27,6 +27,8 @@ from gateway.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
 from gateway.resource_alarm import Alarms, ResourceAlarm
 from gateway.session import Session
 from gateway.settings import GatewaySettings
+from gateway.stats import NodeStats
+from gateway.tracing import tracing_from_settings
 from gateway.vhost import VirtualHost
 from meta.change_feed import Change
 from meta.errors import MetadataUnavailable
@@ -59,6 +61,8 @@ class Node:
         self.vhosts: dict[str, VirtualHost] = {}
         self.sessions: set[Session] = set()
         self.open_connections = 0
+        self.stats = NodeStats()  # message counters and rates (management API, /metrics)
+        self.tracing = tracing_from_settings(settings)  # OpenTelemetry spans; None: off
         self._numbers = count(1)
         self.name = settings.node_name
         self.access = Access(meta)
@@ -157,6 +161,7 @@ class Node:
         vhost.on_dead_letter = self._dead_letters_waiting.set
         await vhost.load()
         self.vhosts[vhost.name] = vhost
+        await taps.restore_firehose(self, vhost)
         return vhost
 
     async def add_vhost(self, definition: VHost) -> None:
@@ -293,7 +298,8 @@ class Node:
         self._dead_letters_waiting.set()
 
     async def dead_letter_loop(self) -> None:
-        """One task stores what queues hand over: dead letters and backoff retries."""
+        """One task stores what queues hand over: dead letters, backoff retries and the
+        firehose's trace copies."""
         while True:
             await self._dead_letters_waiting.wait()
             self._dead_letters_waiting = anyio.Event()
@@ -303,6 +309,8 @@ class Node:
                     vhost.on_dead_letter = self._dead_letters_waiting.set
                     if vhost.dead_letters:
                         await vhost.flush_dead_letters()
+                    if vhost.firehose is not None and vhost.firehose.pending:
+                        await vhost.firehose.flush()
             except Exception:
                 # A bug here must not take the node down; what was being handed over is lost.
                 log.exception("dead-letter / backoff hand-over failed")
@@ -378,10 +386,18 @@ class Node:
         while True:
             await self.check_resources()
             await anyio.sleep(COMMIT_INTERVAL_S)
+            await self.sample_stats(time.monotonic())
             await self.apply_queue_retention(time.time_ns() // 1_000_000)
             await self.commit_offsets()
+            if any(v.dead_letters for v in self.vhosts.values()):  # at-least-once retries
+                self._dead_letters_waiting.set()
             await self._retry_metadata_write()
             await self._clean_owners()
+
+    async def sample_stats(self, now: float) -> None:
+        self.stats.sample(now)
+        if self.stats.queues_due(now):
+            await self.stats.sample_queues(self.all_queues(), now)
 
     async def _clean_owners(self) -> None:
         for owner in list(self.owners_to_clean):

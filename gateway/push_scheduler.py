@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from gateway.queue_runtime import FLOW_LOW, PumpResult, QueueRuntime, wall_ms
+from gateway.stats import Histogram
 from storage import StoreError
 
 RETRY_S = 0.5  # a queue whose store call failed is served again after this
@@ -44,6 +45,7 @@ class PushScheduler:
         self._timers: list[tuple[float, int, QueueRuntime]] = []
         self._timer_changed = anyio.Event()
         self._sequence = itertools.count()
+        self.turn_time = Histogram()  # seconds per turn (mqgw_scheduler_turn_seconds)
         # Called (by a push task) for a queue whose x-expires passed while unused.
         self.on_unused: Callable[[QueueRuntime], Awaitable[None]] | None = None
 
@@ -94,6 +96,7 @@ class PushScheduler:
         if not self._ready:
             return False
         queue = self._ready.popleft()
+        started = time.perf_counter()
         try:
             again = await self._serve(queue)
         except StoreError as error:
@@ -106,6 +109,7 @@ class PushScheduler:
             log.exception("push to queue %r failed", queue.name)
             again = False
         queue.scheduled = False
+        self.turn_time.observe(time.perf_counter() - started)
         if (again or queue.rewake) and not queue.deleted:
             queue.rewake = False
             self.wake(queue)

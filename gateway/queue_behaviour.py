@@ -35,6 +35,9 @@ class QueueBehaviour:
     counts_deliveries: bool = False  # quorum-queue style: x-delivery-count on every delivery
     max_age_ms: int | None = None  # x-max-age: older ready messages are dropped (retention)
     disk_overflow: str = "block"  # drop-oldest: over the disk budget, its oldest ones go
+    # x-dead-letter-strategy at-least-once (gateway/dead_letter.py): RabbitMQ applies it to
+    # quorum queues with x-overflow reject-publish and a dead-letter exchange only.
+    dead_letter_at_least_once: bool = False
 
     @property
     def has_limits(self) -> bool:
@@ -84,6 +87,8 @@ def behaviour_of(
             dlrk = _str(pol.get("dead-letter-routing-key"))
     max_redeliveries = _int(arg("max-redeliveries")) or _int(pol.get("max-redeliveries"))
     disk_overflow = _str(arg("disk-overflow")) or _str(pol.get("disk-overflow")) or "block"
+    strategy = _str(arg("dead-letter-strategy")) or _str(pol.get("dead-letter-strategy"))
+    quorum = arg("queue-type") == "quorum"
     return QueueBehaviour(
         message_ttl_ms=_smaller(_int(arg("message-ttl")), _int(pol.get("message-ttl"))),
         expires_ms=_smaller(_int(arg("expires")), _int(pol.get("expires"))),
@@ -100,7 +105,11 @@ def behaviour_of(
         ),
         max_age_ms=_smaller(_age(arg("max-age")), _age(pol.get("max-age"))),
         disk_overflow=disk_overflow if disk_overflow in DISK_OVERFLOW_MODES else "block",
-        counts_deliveries=arg("queue-type") == "quorum"
+        dead_letter_at_least_once=quorum
+        and strategy == "at-least-once"
+        and overflow == "reject-publish"
+        and dlx is not None,
+        counts_deliveries=quorum
         or _int(arg("delivery-limit")) is not None
         or _int(pol.get("delivery-limit")) is not None,
     )

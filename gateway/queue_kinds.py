@@ -1,5 +1,6 @@
 """Which runtime a queue gets: FIFO, priority (``x-max-priority``, gateway/priority_queue.py),
-single active consumer (``x-single-active-consumer``, gateway/single_active.py), or both.
+single active consumer (``x-single-active-consumer``, gateway/single_active.py), both, or a
+stream (``x-queue-type: stream``, gateway/stream_queue.py).
 
 Chosen once, when the queue is attached, by class: a plain queue's per-message path carries
 no feature checks, and the features cost only the queues that ask for them.
@@ -14,6 +15,7 @@ from gateway.priority_queue import PriorityQueueRuntime, max_priority_of
 from gateway.queue_behaviour import QueueBehaviour
 from gateway.queue_runtime import QueueRuntime
 from gateway.single_active import SINGLE_ACTIVE_ARG, SingleActiveConsumer
+from gateway.stream_queue import STREAM, StreamQueue
 from meta.checks import DEFAULT_QUEUE_TYPE, queue_type_of
 from meta.models import QueueDef
 from storage import StorePort
@@ -25,6 +27,8 @@ class PrioritySingleActive(SingleActiveConsumer, PriorityQueueRuntime):
 
 def runtime_class(definition: QueueDef) -> type[QueueRuntime]:
     arguments = definition.arguments
+    if queue_type_of(definition) == STREAM:
+        return StreamQueue
     # Priorities are a classic-queue feature (quorum and stream queues refuse the argument).
     classic = queue_type_of(definition) == DEFAULT_QUEUE_TYPE
     priority = classic and max_priority_of(arguments) is not None

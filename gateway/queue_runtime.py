@@ -510,6 +510,9 @@ class QueueRuntime:
             self.dropped += 1
             return
         self.dead_lettered += 1
+        settled = None
+        if b.dead_letter_at_least_once and not to_dlq:
+            settled = self._held_until_stored(partition, message.queue_offset)
         self.outbox(
             DeadLetter(
                 self.name,
@@ -522,8 +525,20 @@ class QueueRuntime:
                 dlx,
                 dlrk,
                 to_dlq and b.dlx is None,
+                settled,
             )
         )
+
+    def _held_until_stored(self, partition: int, offset: int) -> Callable[[], None]:
+        """At-least-once: the message holds the committed offset until its dead letter is
+        durable (then the returned callback settles it)."""
+        self.inflight[partition].add(offset)
+
+        def settled() -> None:
+            self.inflight[partition].discard(offset)
+            self.commit_dirty = True
+
+        return settled
 
     # -- redelivery backoff (gateway/redelivery.py) ----------------------------------------
 
@@ -711,9 +726,36 @@ class QueueRuntime:
         self.exhausted = False
         self.set_lease(partition, True)
 
+    async def reset_to_time(self, ts_ms: int) -> list[tuple[int, int]]:
+        """RocketMQ's resetOffsetByTime: each partition is read again from its first message
+        stored at or after ``ts_ms`` (what lies before is skipped, what was consumed after
+        is replayed). Returns (from, to) offsets per partition. What consumers hold unacked
+        stays with them (and may come again if the reset replays it)."""
+        moves = []
+        before = self.committed_offsets()
+        for p in range(self.partitions):
+            target = await self.store.offset_for_time(self.queue_id, p, ts_ms)
+            moves.append((before[p], target))
+        self.buffer.clear()
+        self.requeued.clear()
+        self.returns.clear()
+        self.cursors = [to for _, to in moves]
+        stats = await self.store.queue_stats(self.queue_id)
+        self.ready_count = sum(
+            max(0, s.max_offset - self.cursors[s.partition]) for s in stats.partitions
+        )
+        self.exhausted = False
+        self.commit_dirty = True
+        if self.behaviour.max_length_bytes is not None:
+            await self.recount_bytes()
+        await self.commit()
+        return moves
+
     async def purge(self) -> int:
         count = self.ready_count
-        await self.store.purge(self.queue_id)
+        purged = await self.store.purge(self.queue_id)
+        if not self.holds_all_leases():  # cluster: another gateway delivers; the broker knows
+            count = purged
         self.buffer.clear()
         self.requeued.clear()
         stats = await self.store.queue_stats(self.queue_id)

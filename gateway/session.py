@@ -41,6 +41,7 @@ from gateway.handlers import handle_method
 from gateway.publishing import route_publish
 from gateway.queue_runtime import QueueRuntime
 from gateway.rate_limit import Limits
+from gateway.taps import SessionTap, session_tap
 from gateway.vhost import amqp_error
 from meta.errors import MetadataUnavailable, MetaError
 from storage import Record, StoredMessage, StoreError
@@ -89,6 +90,8 @@ class Session:
         self.grants: Grants = NO_GRANTS
         self.vhost_opened = anyio.Event()  # the handshake is over (handshake_timeout)
         self.impersonator = False
+        # Firehose or OpenTelemetry on (gateway/taps.py); None: nothing traced, no cost.
+        self.tap: SessionTap | None = None
         send, receive = anyio.create_memory_object_stream[ConfirmItem](256)
         self._confirm_send: MemoryObjectSendStream[ConfirmItem] = send
         self.confirm_receive: MemoryObjectReceiveStream[ConfirmItem] = receive
@@ -140,7 +143,15 @@ class Session:
     ) -> None:
         channel = consumer.channel
         tag = channel.record_delivery(consumer, queue, partition, message)
+        if self.tap is not None:
+            message = self.tap.delivered(channel, queue, message, redelivered, tag)
         body = message.body
+        counts = self.node.stats  # gateway/stats.py: plain int adds
+        if consumer.no_ack:
+            counts.deliver_no_ack += 1
+        else:
+            counts.deliver += 1
+        counts.redeliver += redelivered
         self.conn.send_deliver(
             channel.number,
             consumer.tag,
@@ -275,6 +286,7 @@ class Session:
         user = self.node.known_user(self.user)
         self.impersonator = user is not None and "impersonator" in user.tags
         self.vhost = vhost
+        self.tap = session_tap(self)
         self.opened = True
         self.vhost_opened.set()
         self.node.controls.attach_session(self)
@@ -329,8 +341,12 @@ class Session:
             except AMQPError as error:
                 await self.fail(channel, error)
                 continue
+            if self.tap is not None:
+                record = self.tap.published(channel, publish, record, queues, now_ms)
             if not routed and publish.mandatory:
                 self._send_return(channel, publish)
+            elif not routed:
+                self.node.stats.drop_unroutable += 1
             if channel.tx_mode:
                 if record is not None:
                     channel.tx_publishes.append(record)
@@ -344,10 +360,16 @@ class Session:
                 confirms.append((channel, channel.next_publish_tag, not rejected))
                 channel.next_publish_tag += 1
         end_offset, ok = 0, True
+        counts = self.node.stats
+        counts.publish += len(batch)
+        counts.publish_confirm += len(confirms)
         if records:
             result = None
             try:
+                started = time.perf_counter()
                 result = await self.node.store.append(records, wait_durable=False)
+                counts.append_latency.observe(time.perf_counter() - started)
+                counts.appended_records += len(records)
                 end_offset = result.end_offset
             except StoreError as error:
                 ok = False
@@ -360,6 +382,8 @@ class Session:
                 )
                 self.vhost.count_out(records)
             await self.vhost.stored(woken, records, result)
+        if self.tap is not None:
+            self.tap.stored(ok)
         if confirms:
             await self._confirm_send.send((confirms, end_offset, ok))
         for queue in woken:
@@ -374,6 +398,7 @@ class Session:
             await queue.caught_up_signal().wait()
 
     def _send_return(self, channel: ChannelState, publish: Publish) -> None:
+        self.node.stats.return_unroutable += 1
         frames = frame_writer.return_(
             channel.number,
             312,
@@ -393,7 +418,9 @@ class Session:
                 ok = stored
                 if ok and end_offset:
                     try:
+                        started = time.perf_counter()
                         await self.node.store.wait_durable(end_offset)
+                        self.node.stats.durable_wait.observe(time.perf_counter() - started)
                     except StoreError as error:
                         log.error(
                             "connection %s: confirms fail: %s",
@@ -403,6 +430,8 @@ class Session:
                         )
                         ok = False
                 self._send_confirms(tags, ok)
+                if self.tap is not None:
+                    self.tap.confirmed(tags, ok)
                 self.mark_dirty()
 
     def _send_confirms(self, tags: list[tuple[ChannelState, int, bool]], stored: bool) -> None:
@@ -424,6 +453,7 @@ class Session:
 
     def _send_confirm_run(self, channel: ChannelState, ack: bool, first: int, last: int) -> None:
         if ack:
+            self.node.stats.confirm += last - first + 1
             self.conn.send_ack(channel.number, last, last != first)
         else:
             self.conn.send_nack(channel.number, last, True)
@@ -442,6 +472,10 @@ class Session:
         ``backoff``: a requeue from a queue in backoff mode waits on the redelivery ladder
         (false for what a closing channel or basic.recover gives back)."""
         woken: set[QueueRuntime] = set()
+        if self.tap is not None:
+            self.tap.settled(deliveries, requeue)
+        if requeue is None:
+            self.node.stats.ack += len(deliveries)
         for delivery in deliveries:
             queue = delivery.queue
             if requeue and backoff and queue.behaviour.redelivery == "backoff":
@@ -498,6 +532,8 @@ class Session:
         self.closing = True
         for number in list(self.channels):
             await self.drop_channel(number)
+        if self.tap is not None:
+            self.tap.close()
         if self.vhost is not None:
             try:
                 deletions = await self.node.meta.delete_exclusive_queues(self.owner_id)

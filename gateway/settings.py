@@ -227,6 +227,28 @@ class GatewaySettings(BaseSettings):
     log_file_rotation_count: int = Field(5, ge=0, description="rotated files kept")
     log_format: Literal["plain", "json"] = Field("plain", description="plain text or JSON lines")
 
+    otel_endpoint: str | None = Field(
+        None,
+        description="OpenTelemetry traces to this OTLP/HTTP collector, e.g. "
+        "http://127.0.0.1:4318 (none: off)",
+    )
+    otel_sampling_ratio: float = Field(
+        1.0, ge=0, le=1, description="share of new traces sampled (clients' choices are kept)"
+    )
+
+    @field_validator("otel_endpoint")
+    @classmethod
+    def _otlp_http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("an OTLP/HTTP URL, http://HOST:4318 or https://...")
+        from gateway.tracing import MISSING_PACKAGES, otel_installed  # noqa: PLC0415 (lazy)
+
+        if not otel_installed():
+            raise ValueError(MISSING_PACKAGES)
+        return value
+
     @field_validator("max_message_size_bytes")
     @classmethod
     def _message_size_limit(cls, value: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from gateway.amqp.errors import AMQPError, NotFound, error_for_code
 from gateway.amqp.events import decode_properties
@@ -32,6 +32,9 @@ from storage import (
     StorePort,
     UnknownQueue,
 )
+
+if TYPE_CHECKING:
+    from gateway.firehose import Firehose
 
 log = logging.getLogger("mqgw.vhost")
 
@@ -72,6 +75,7 @@ class VirtualHost:
         self.policies: list[Policy] = []
         self.dead_letters: list[DeadLetter] = []
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
+        self.firehose: Firehose | None = None  # tracing on (gateway/taps.py switches it)
 
     async def load(self) -> None:
         """Build the router and runtimes from metadata (after a restart: durable things)."""
@@ -218,14 +222,22 @@ class VirtualHost:
                 await self._declare_dlq(letter.queue, letter.dlrk)
         now_ms = time.time_ns() // 1_000_000
         records = []
+        confirmed: list[DeadLetter] = []  # at-least-once: settled once their record is durable
         for letter in letters:
             record = self._dead_letter_record(letter, now_ms)
             if record is not None:
                 records.append(record)
+                confirmed += [letter] if letter.settled is not None else []
+            elif letter.settled is not None:
+                self.dead_letters.append(letter)  # kept and retried (the node's housekeeping)
         try:
-            await self.append(records)
+            await self.append(records, wait_durable=bool(confirmed))
         except StoreError as error:
-            log.error("vhost %r: %d dead letter(s) lost: %s", self.name, len(records), error)
+            log.error("vhost %r: %d dead letter(s) not stored: %s", self.name, len(records), error)
+            self.dead_letters += confirmed
+            return 0
+        for letter in confirmed:
+            letter.settled()  # type: ignore[misc]  # not None: only such letters are here
         return len(records)
 
     async def _declare_dlq(self, source: str, name: str) -> None:

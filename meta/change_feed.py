@@ -40,6 +40,7 @@ from meta.serialization import dump, load
 
 ChangeKind = Literal[
     "vhost.added",
+    "vhost.updated",  # description, tags or tracing replaced
     "vhost.deleted",
     "exchange.declared",
     "exchange.deleted",

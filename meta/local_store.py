@@ -223,6 +223,14 @@ class LocalMetadataStore:
             self._feed.publish(vhost_added_changes(vhost, exchanges))
         await self._commit_if(created)
 
+    async def update_vhost(self, vhost: VHost) -> None:
+        state = self._state.vhost(vhost.name)
+        if state.vhost == vhost:
+            return
+        state.vhost = vhost
+        self._feed.publish([change("vhost.updated", vhost)])
+        await self._commit()
+
     async def delete_vhost(self, name: str) -> Deletions:
         state = self._state.vhosts.get(name)
         deletions = self._state.delete_vhost(name)

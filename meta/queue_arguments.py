@@ -21,6 +21,11 @@ OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
 REDELIVERY_VALUES = ("immediate", "backoff")
 CONSUME_MODES = ("cluster", "broadcast")
 DISK_OVERFLOW_VALUES = ("block", "drop-oldest")
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+# Queue types RabbitMQ 3.10 refuses exclusive, auto-delete and non-durable for
+# (rabbit_queue_type_util:check_auto_delete/check_exclusive/check_non_durable, in that order).
+REPLICATED_TYPES = ("quorum", "stream")
 # rabbit_amqqueue:unit_value_in_ms/1
 _AGE_UNITS_MS = {
     "Y": 365 * 86_400_000,
@@ -44,9 +49,27 @@ NOT_WITH_BROADCAST = (
 # Arguments only some queue types take (their `queue_arguments` capability in RabbitMQ 3.10):
 # not validated for the others, which refuse them after the other checks with
 # "invalid arg '<key>' for <queue> of queue type rabbit_<type>_queue".
+# A stream refuses every RabbitMQ argument but retention (x-max-length-bytes, x-max-age)
+# and its own; only quorum queues take x-dead-letter-strategy.
+_NOT_STREAM = ("classic", "quorum")
 _QUEUE_TYPES_OF = {
+    "x-expires": _NOT_STREAM,
+    "x-message-ttl": _NOT_STREAM,
+    "x-dead-letter-exchange": _NOT_STREAM,
+    "x-dead-letter-routing-key": _NOT_STREAM,
+    "x-max-length": _NOT_STREAM,
+    "x-max-in-memory-length": _NOT_STREAM,
+    "x-max-in-memory-bytes": _NOT_STREAM,
     "x-max-priority": ("classic",),
-    "x-single-active-consumer": ("classic", "quorum"),
+    "x-overflow": _NOT_STREAM,
+    "x-queue-mode": _NOT_STREAM,
+    "x-queue-version": _NOT_STREAM,
+    "x-single-active-consumer": _NOT_STREAM,
+    "x-quorum-initial-group-size": _NOT_STREAM,
+    "x-initial-cluster-size": ("stream",),
+    "x-stream-max-segment-size-bytes": ("stream",),
+    "x-delivery-limit": _NOT_STREAM,
+    "x-dead-letter-strategy": ("quorum",),
 }
 
 
@@ -152,7 +175,11 @@ _CHECKS: tuple[tuple[str, Callable[[str, Any, QueueDef], None]], ...] = (
     ("x-max-priority", _max_priority),
     ("x-overflow", _one_of(OVERFLOW_VALUES, "invalid_overflow")),
     ("x-single-active-consumer", _bool),
+    ("x-initial-cluster-size", _positive),
     ("x-max-age", _max_age),
+    ("x-stream-max-segment-size-bytes", _non_negative),
+    ("x-queue-leader-locator", _one_of(LEADER_LOCATORS, "invalid_queue_locator_arg")),
+    ("x-dead-letter-strategy", _one_of(DEAD_LETTER_STRATEGIES, "invalid_dlx_strategy")),
     ("x-delivery-limit", _non_negative),
     ("x-consumer-timeout", _positive),
     ("x-redelivery", _one_of(REDELIVERY_VALUES, "invalid_redelivery")),
@@ -188,3 +215,17 @@ def check_queue_arguments(queue: QueueDef) -> None:
             raise PreconditionFailed(
                 f"invalid arg '{key}' for {resource} of queue type rabbit_{queue_type}_queue"
             )
+    if queue_type in REPLICATED_TYPES:
+        _check_replicated_properties(queue)
+
+
+def _check_replicated_properties(queue: QueueDef) -> None:
+    """Quorum and stream queues are durable, shared and kept (RabbitMQ's order and texts)."""
+    for refused, name in (
+        (queue.auto_delete, "auto-delete"),
+        (queue.exclusive_owner is not None, "exclusive-owner"),
+        (not queue.durable, "non-durable"),
+    ):
+        if refused:
+            resource = resource_name("queue", queue.name, queue.vhost)
+            raise PreconditionFailed(f"invalid property '{name}' for {resource}")

@@ -35,7 +35,7 @@ from meta.redis_cluster import RedisClusterRegistry
 from meta.redis_feed import current_position, follow_changes
 from meta.redis_records import RecordsMixin
 from meta.redis_topology import TopologyView
-from meta.serialization import loads, parse_key
+from meta.serialization import dumps, loads, parse_key
 
 
 class RedisMetadataStore(RecordsMixin, RedisClusterRegistry, RedisStoreBase):
@@ -62,6 +62,18 @@ class RedisMetadataStore(RecordsMixin, RedisClusterRegistry, RedisStoreBase):
         async def body(view: TopologyView) -> None:
             if await view.vhost(vhost.name) is None:
                 view.create_vhost(vhost)
+
+        await self._transact(body)
+
+    async def update_vhost(self, vhost: VHost) -> None:
+        async def body(view: TopologyView) -> None:
+            state = await view.vhost(vhost.name)
+            if state is None:
+                raise vhost_not_found(vhost.name)
+            if state.vhost == vhost:
+                return
+            view.tx.write("HSET", self._keys.vhosts, vhost.name, dumps(vhost))
+            view.tx.publish([change("vhost.updated", vhost)])
 
         await self._transact(body)
 

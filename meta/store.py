@@ -37,6 +37,10 @@ class MetadataStore(Protocol):
     async def add_vhost(self, vhost: VHost) -> None:
         """Create (idempotent) with the predeclared exchanges."""
 
+    async def update_vhost(self, vhost: VHost) -> None:
+        """Replace an existing vhost's description, tags and tracing flag (NotAllowed
+        "vhost ... not found" if there is none)."""
+
     async def delete_vhost(self, name: str) -> Deletions: ...
 
     # --- policies ---

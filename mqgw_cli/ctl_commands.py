@@ -4,6 +4,9 @@ admin API (PUT/DELETE /api/controls/...).
 SCOPE is ``global``, ``node:NAME``, ``client:NAME`` (a connection_name or a source address),
 ``connection:NAME`` (``'127.0.0.1:51234 -> 127.0.0.1:5672'``) or ``queue:NAME`` (with
 ``--vhost``, default ``/``).
+
+`mqgw ctl trace on|off [VHOST]` switches a vhost's firehose (RabbitMQ's ``rabbitmqctl
+trace_on -p VHOST``) through PUT /api/vhosts/{name}, keeping its description and tags.
 """
 
 from __future__ import annotations
@@ -88,6 +91,27 @@ def run_ctl(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_trace(args: argparse.Namespace) -> int:
+    """Read the vhost, then PUT it back with ``tracing`` set (a PUT replaces the rest)."""
+    path = "/api/vhosts/" + urllib.parse.quote(args.vhost, safe="")
+    try:
+        status, vhost = admin_call(args.admin, "GET", path, None, *_auth(args))
+        if status == 200:
+            body = {"description": vhost["description"], "tags": vhost["tags"]}
+            status, vhost = admin_call(
+                args.admin, "PUT", path, {**body, "tracing": args.state == "on"}, *_auth(args)
+            )
+    except AdminUnreachable as error:
+        print(f"mqgw ctl: {error}", file=sys.stderr)
+        return 1
+    if status >= 400:
+        reason = vhost.get("reason", vhost) if isinstance(vhost, dict) else vhost
+        print(f"mqgw ctl trace {args.state}: {status} {reason}", file=sys.stderr)
+        return 1
+    print(f"tracing {args.state} for vhost '{args.vhost}'", file=sys.stderr)
+    return 0
+
+
 def _auth(args: argparse.Namespace) -> tuple[str, str]:
     return args.user, args.password
 
@@ -96,7 +120,9 @@ _NOT_GIVEN: Any = object()
 
 
 def add_ctl_commands(commands: Any) -> None:
-    ctl = commands.add_parser("ctl", help="stop, start and throttle consumption (admin API)")
+    ctl = commands.add_parser(
+        "ctl", help="stop, start and throttle consumption; switch tracing (admin API)"
+    )
     actions = ctl.add_subparsers(dest="action", required=True)
     helps = {
         "stop": "no new deliveries to the consumers in SCOPE (unacked ones stay theirs)",
@@ -118,4 +144,11 @@ def add_ctl_commands(commands: Any) -> None:
     listing = actions.add_parser("list", help="every control in force")
     add_admin_options(listing)
     listing.set_defaults(func=run_ctl)
+    trace = actions.add_parser(
+        "trace", help="switch a vhost's firehose (amq.rabbitmq.trace) on or off"
+    )
+    trace.add_argument("state", choices=("on", "off"))
+    trace.add_argument("vhost", nargs="?", default="/", metavar="VHOST", help="default /")
+    add_admin_options(trace)
+    trace.set_defaults(func=run_trace)
     add_switchover_command(actions)

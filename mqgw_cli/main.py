@@ -22,6 +22,7 @@ from mqgw_cli.controller_command import add_controller_command
 from mqgw_cli.ctl_commands import add_ctl_commands
 from mqgw_cli.definitions_commands import add_definitions_commands
 from mqgw_cli.queue_commands import add_queue_commands
+from mqgw_cli.replay_commands import add_replay_commands
 from mqgw_cli.sim_commands import add_sim_commands
 from mqgw_cli.storage_commands import add_storage_commands
 
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_queue_commands(commands)
     add_ctl_commands(commands)
     add_definitions_commands(commands)
+    add_replay_commands(commands)
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench_cmds = bench.add_subparsers(dest="command", required=True)

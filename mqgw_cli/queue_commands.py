@@ -43,6 +43,31 @@ def redrive(args: argparse.Namespace) -> int:
     return 0
 
 
+def reset(args: argparse.Namespace) -> int:
+    """Move QUEUE's position to the first message stored at or after --to (ISO-8601 or ms
+    since the epoch): prints how many messages that skips or replays."""
+    console = Console(stderr=True)
+    vhost = urllib.parse.quote(args.vhost, safe="")
+    queue = urllib.parse.quote(args.queue, safe="")
+    path = f"/api/queues/{vhost}/{queue}/reset"
+    try:
+        status, result = admin_call(
+            args.admin, "POST", path, {"to": args.to}, args.user, args.password
+        )
+    except AdminUnreachable as error:
+        console.print(str(error))
+        return 1
+    if status != 200:
+        console.print(f"reset failed: {status} {(result or {}).get('reason', '')}")
+        return 1
+    console.print(
+        f"reset {args.queue} to {args.to}: {result['skipped']} skipped, "
+        f"{result['replayed']} replayed, {result['messages_ready']} ready"
+    )
+    print(json.dumps(result))
+    return 0
+
+
 def add_queue_commands(commands: Any) -> None:
     queue = commands.add_parser("queue", help="operate on a running gateway's queues")
     queue_cmds = queue.add_subparsers(dest="command", required=True)
@@ -54,3 +79,11 @@ def add_queue_commands(commands: Any) -> None:
     add_admin_options(sub)
     sub.add_argument("--batch", type=int, default=10_000, help="messages per call")
     sub.set_defaults(func=redrive)
+    sub = queue_cmds.add_parser(
+        "reset", help="read QUEUE again from a time (skips or replays messages)"
+    )
+    sub.add_argument("queue")
+    sub.add_argument("--to", required=True, help="ISO-8601 time (UTC if no zone) or ms")
+    sub.add_argument("--vhost", default="/")
+    add_admin_options(sub)
+    sub.set_defaults(func=reset)

@@ -11,8 +11,9 @@ import re
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Response
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, StrictBool, field_validator
 
+from gateway import taps
 from gateway.admin.auth import ADMINISTRATOR, MANAGEMENT, granted, reads_everything, requires
 from gateway.admin.paths import SlashRoute
 from meta.definitions_export import permission_entry, user_entry
@@ -35,10 +36,13 @@ class UserBody(BaseModel):
 
 
 class VHostBody(BaseModel):
+    """PUT /api/vhosts/{name}: creates, or replaces description and tags; ``tracing``
+    switches the firehose (absent: left as it is), as RabbitMQ 3.10 does."""
+
     model_config = ConfigDict(extra="ignore")
     description: str = ""
     tags: str | list[str] = ""
-    tracing: bool = False
+    tracing: StrictBool | None = None  # RabbitMQ answers "yes" with 400 not_boolean
 
 
 class PermissionBody(BaseModel):
@@ -69,7 +73,7 @@ def vhost_json(vhost: VHost) -> dict[str, Any]:
         "description": vhost.description,
         "tags": list(vhost.tags),
         "metadata": {"description": vhost.description, "tags": list(vhost.tags)},
-        "tracing": False,
+        "tracing": vhost.tracing,
     }
 
 
@@ -153,16 +157,29 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(404, f"no vhost '{name}'")
         return vhost_json(vhost)
 
-    @router.put("/api/vhosts/{name}", summary="Create a vhost (administrator)")
+    @router.put(
+        "/api/vhosts/{name}",
+        summary="Create or update a vhost; tracing switches its firehose (administrator)",
+    )
     async def put_vhost(
         name: str, body: Annotated[VHostBody, Body()] | None = None, _user: User = administrator
     ) -> Response:
         body = body or VHostBody()
-        existed = name in node.vhosts
-        await node.add_vhost(
-            VHost(name=name, description=body.description, tags=split_tags(body.tags))
+        existing = await node.meta.get_vhost(name)
+        tracing = body.tracing
+        if tracing is None:
+            tracing = existing is not None and existing.tracing
+        definition = VHost(
+            name=name, description=body.description, tags=split_tags(body.tags), tracing=tracing
         )
-        return Response(status_code=204 if existed else 201)
+        if existing is None:
+            await node.add_vhost(definition)
+        else:
+            await node.meta.update_vhost(definition)
+        vhost = node.vhosts.get(name)
+        if vhost is not None:  # here at once; other gateways follow the change feed
+            await taps.set_firehose(node, vhost, tracing)
+        return Response(status_code=204 if existing is not None else 201)
 
     @router.delete("/api/vhosts/{name}", status_code=204, summary="Delete a vhost and all in it")
     async def delete_vhost(name: str, _user: User = administrator) -> Response:

@@ -19,8 +19,14 @@ from gateway.admin import (
     access_api,
     connections_api,
     controls_api,
+    dashboard,
     definitions_api,
+    messages_api,
+    metrics_api,
+    offsets_api,
+    overview_api,
     queues_api,
+    topology_api,
 )
 from gateway.admin.paths import KeepEncodedSlashes
 
@@ -87,4 +93,8 @@ def create_app(node: Node) -> FastAPI:
 
     for module in (queues_api, access_api, connections_api, controls_api, definitions_api):
         app.include_router(module.routes(node))
+    for module in (overview_api, topology_api, messages_api, metrics_api):  # management, /metrics
+        app.include_router(module.routes(node))
+    app.include_router(offsets_api.routes(node))  # POST /api/queues/{vhost}/{name}/reset
+    app.include_router(dashboard.routes())  # `/` and /dashboard/*: the web page (no data)
     return app

@@ -1,29 +1,32 @@
 """Open AMQP connections (GET /api/connections, RabbitMQ's names for the fields it has), each
-with the consumption control in force for it, and their consumers (GET /api/consumers, in
-RabbitMQ 3.10's management shape). The full management view comes later."""
+with the consumption control in force for it; closing one (DELETE, 320 CONNECTION_FORCED with
+the ``X-Reason`` header's text, as RabbitMQ); channels (/api/channels) and consumers
+(/api/consumers), in RabbitMQ 3.10's management shapes."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response
 
+from gateway.admin import pagination
 from gateway.admin.auth import MANAGEMENT, reads_everything, requires
 from gateway.admin.paths import SlashRoute
+from gateway.amqp.errors import ConnectionForced
 from meta.models import User
 
 if TYPE_CHECKING:
-    from gateway.channel_state import Consumer
+    from gateway.channel_state import ChannelState, Consumer
     from gateway.node import Node
     from gateway.session import Session
 
 
-def _plain(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """AMQP field values as JSON can carry them (bytes as text, nested tables kept)."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): json_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [json_value(v) for v in value]
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode(errors="replace")
     if value is None or isinstance(value, str | int | float | bool):
@@ -51,8 +54,41 @@ def connection_json(node: Node, session: Session) -> dict[str, Any]:
         "protocol": "AMQP 0-9-1",
         "channels": len(session.channels),
         "state": "blocked" if node.alarms.blocked and session.published else "running",
-        "client_properties": _plain(session.conn.client_properties),
+        "client_properties": json_value(session.conn.client_properties),
+        "auth_mechanism": session.conn.mechanism,
+        "frame_max": session.conn.frame_max,
+        "channel_max": session.conn.channel_max,
+        "timeout": session.conn.heartbeat_s,
+        "type": "network",
         "mqgw": {"control": node.controls.effective_for_session(session)},
+    }
+
+
+def channel_json(node: Node, channel: ChannelState) -> dict[str, Any]:
+    """One channel as RabbitMQ 3.10's /api/channels shows it (the fields mqgw knows)."""
+    session = channel.session
+    peer_host, peer_port = _host_port(session.peer)
+    state = "running" if channel.flow_active else "flow"
+    return {
+        "name": f"{session.name} ({channel.number})",
+        "number": channel.number,
+        "node": node.name,
+        "user": session.user,
+        "vhost": session.vhost.name if session.vhost else None,
+        "connection_details": {
+            "name": session.name,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+        },
+        "consumer_count": len(channel.consumers),
+        "prefetch_count": channel.prefetch_count,
+        "global_prefetch_count": channel.prefetch_global,
+        "messages_unacknowledged": len(channel.unacked),
+        "messages_uncommitted": len(channel.tx_publishes),
+        "acks_uncommitted": len(channel.tx_actions),
+        "confirm": channel.confirm_mode,
+        "transactional": channel.tx_mode,
+        "state": "closing" if channel.closing else state,
     }
 
 
@@ -66,7 +102,7 @@ def consumer_json(node: Node, consumer: Consumer) -> dict[str, Any]:
     status = queue.activity_status(consumer)
     peer_host, peer_port = _host_port(session.peer)
     return {
-        "arguments": _plain(dict(consumer.arguments)),
+        "arguments": json_value(dict(consumer.arguments)),
         "ack_required": not consumer.no_ack,
         "active": status != "waiting",
         "activity_status": status,
@@ -100,24 +136,78 @@ def _consumers(node: Node, user: User, vhost: str | None) -> list[dict[str, Any]
     ]
 
 
+def _visible_sessions(node: Node, user: User) -> list[Session]:
+    """Open connections: monitoring and administrators see all, others their own."""
+    everything = reads_everything(user)
+    return [s for s in list(node.sessions) if s.opened and (everything or s.user == user.name)]
+
+
 def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
 
+    def session_or_404(name: str, user: User) -> Session:
+        for session in _visible_sessions(node, user):
+            if session.name == name and not session.closing:
+                return session
+        raise HTTPException(404, f"no connection '{name}'")
+
     @router.get("/api/connections", summary="Open connections (a management user: its own)")
-    async def connections(user: User = management) -> list[dict[str, Any]]:
-        return [
-            connection_json(node, s)
-            for s in list(node.sessions)
-            if s.opened and (reads_everything(user) or s.user == user.name)
+    async def connections(request: Request, user: User = management) -> Any:
+        rows = [connection_json(node, s) for s in _visible_sessions(node, user)]
+        return pagination.apply(request, rows, ("name",))
+
+    @router.get("/api/connections/{name}", summary="One connection")
+    async def connection(request: Request, name: str, user: User = management) -> Any:
+        return pagination.one(request, connection_json(node, session_or_404(name, user)))
+
+    @router.delete(
+        "/api/connections/{name}",
+        status_code=204,
+        summary="Close a connection with 320 CONNECTION_FORCED (reason: the X-Reason header)",
+    )
+    async def close_connection(
+        name: str,
+        user: User = management,
+        x_reason: Annotated[str | None, Header()] = None,
+    ) -> Response:
+        session = session_or_404(name, user)
+        # rabbit_mgmt_wm_connection: the reason text is the header's, or this default.
+        session.conn.close(ConnectionForced(x_reason or "Closed via management plugin"))
+        session.mark_dirty()
+        return Response(status_code=204)
+
+    @router.get("/api/connections/{name}/channels", summary="The channels of one connection")
+    async def connection_channels(request: Request, name: str, user: User = management) -> Any:
+        session = session_or_404(name, user)
+        rows = [channel_json(node, c) for c in list(session.channels.values())]
+        return pagination.apply(request, rows, ("name",))
+
+    @router.get("/api/channels", summary="Open channels (a management user: its own)")
+    async def channels(request: Request, user: User = management) -> Any:
+        rows = [
+            channel_json(node, c)
+            for s in _visible_sessions(node, user)
+            for c in list(s.channels.values())
         ]
+        return pagination.apply(request, rows, ("name",))
+
+    @router.get("/api/channels/{name}", summary="One channel ('<connection> (<number>)')")
+    async def channel(request: Request, name: str, user: User = management) -> Any:
+        for session in _visible_sessions(node, user):
+            for state in list(session.channels.values()):
+                if f"{session.name} ({state.number})" == name:
+                    return pagination.one(request, channel_json(node, state))
+        raise HTTPException(404, f"no channel '{name}'")
 
     @router.get("/api/consumers", summary="Every consumer (of the vhosts the user may see)")
-    async def consumers(user: User = management) -> list[dict[str, Any]]:
-        return _consumers(node, user, None)
+    async def consumers(request: Request, user: User = management) -> Any:
+        return pagination.apply(request, _consumers(node, user, None), ("consumer_tag",))
 
     @router.get("/api/consumers/{vhost}", summary="The consumers of one vhost")
-    async def vhost_consumers(vhost: str, user: User = management) -> list[dict[str, Any]]:
-        return _consumers(node, user, vhost)
+    async def vhost_consumers(request: Request, vhost: str, user: User = management) -> Any:
+        if vhost not in node.vhosts:
+            raise HTTPException(404, f"no vhost '{vhost}'")
+        return pagination.apply(request, _consumers(node, user, vhost), ("consumer_tag",))
 
     return router

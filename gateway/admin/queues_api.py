@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import itertools
+import time
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Response
+from fastapi import APIRouter, Body, Depends, HTTPException, Request, Response
 
+from gateway.admin import pagination
 from gateway.admin.auth import MANAGEMENT, MONITORING, POLICYMAKER, reads_everything, requires
-from gateway.admin.connections_api import consumer_json
+from gateway.admin.connections_api import consumer_json, json_value
 from gateway.admin.paths import SlashRoute
 from gateway.redelivery import redrive
+from gateway.stats import queue_message_stats, queue_unacked
 from meta.models import Policy, User
 
 if TYPE_CHECKING:
@@ -19,29 +23,50 @@ if TYPE_CHECKING:
     from gateway.vhost import VirtualHost
 
 
+def head_age_s(queue: QueueRuntime, now_ms: int) -> float | None:
+    """Seconds since the oldest ready message read into memory was stored (None: none is)."""
+    stamps = [m.store_ts_ms for _, m in itertools.islice(queue.buffer, 1)]
+    stamps += [m.store_ts_ms for _, _, m in queue.requeued[:1]]
+    return round(max(0, now_ms - min(stamps)) / 1000, 3) if stamps else None
+
+
 def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[str, Any]:
     active = queue.active_consumer
     exclusive = next((c.tag for c in queue.consumers if c.exclusive), None)
-    unacked = queue.enqueued - queue.ready_count - queue.acked - queue.dead_lettered
-    unacked -= queue.dropped + queue.retried + queue.dropped_by_retention
+    unacked = queue_unacked(queue)
     behaviour = queue.behaviour
-    control = node.controls.effective_for_queue(queue.definition.vhost, queue.name)
+    definition = queue.definition
+    control = node.controls.effective_for_queue(definition.vhost, queue.name)
+    vhost = node.vhosts.get(definition.vhost)
+    policy = None if vhost is None else vhost.policy_for(queue.name)
+    messages, ready_rate, unacked_rate = node.stats.queue_length_rates(queue)
     return {
         "name": queue.name,
-        "vhost": queue.definition.vhost,
-        "durable": queue.definition.durable,
-        "auto_delete": queue.definition.auto_delete,
-        "exclusive": queue.definition.exclusive,
-        "arguments": queue.definition.arguments,
+        "vhost": definition.vhost,
+        "node": node.name,
+        "type": str(definition.arguments.get("x-queue-type", "classic")),
+        "durable": definition.durable,
+        "auto_delete": definition.auto_delete,
+        "exclusive": definition.exclusive,
+        "arguments": json_value(definition.arguments),
+        "policy": None if policy is None else policy.name,
         "consumers": len(queue.consumers),
         "exclusive_consumer_tag": exclusive,
         "single_active_consumer_tag": None if active is None else active.tag,
         "messages_ready": queue.ready_count,
+        "messages_ready_details": {"rate": ready_rate},
         "messages_unacknowledged": unacked,
+        "messages_unacknowledged_details": {"rate": unacked_rate},
         "messages": queue.ready_count + unacked,
+        "messages_details": {"rate": messages},
         "message_bytes_ready": queue.ready_bytes,
+        "message_stats": queue_message_stats(node.stats, queue),
         "state": "stopped" if control["state"] == "stopped" else "running",
         "mqgw": {
+            "partitions": queue.partitions,
+            "committed_offsets": queue.committed_offsets(),
+            "consumer_lag_messages": queue.ready_count + unacked,
+            "consumer_lag_seconds": head_age_s(queue, time.time_ns() // 1_000_000),
             "published": queue.enqueued,
             "delivered": queue.delivered,
             "acked": queue.acked,
@@ -64,6 +89,35 @@ def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[s
     }
 
 
+async def partition_details(node: Node, queue: QueueRuntime) -> list[dict[str, Any]]:
+    """Per partition, from the store: offsets, the queue's committed position, how far its
+    consumers are behind (messages, and seconds since the oldest unconsumed was stored)."""
+    stats = await node.store.queue_stats(queue.queue_id)
+    committed = queue.committed_offsets()
+    now_ms = time.time_ns() // 1_000_000
+    details = []
+    for part in stats.partitions:
+        position = max(committed[part.partition], part.min_offset)
+        lag_s = None
+        if position < part.max_offset:
+            head = await node.store.read(queue.queue_id, part.partition, position, max_count=1)
+            if head.messages:
+                lag_s = round(max(0, now_ms - head.messages[0].store_ts_ms) / 1000, 3)
+        details.append(
+            {
+                "partition": part.partition,
+                "min_offset": part.min_offset,
+                "max_offset": part.max_offset,
+                "committed_offset": committed[part.partition],
+                "stored_committed_offset": part.committed,
+                "lag_messages": max(0, part.max_offset - position),
+                "lag_seconds": 0.0 if position >= part.max_offset else lag_s,
+                "dropped_by_retention": part.dropped_by_retention,
+            }
+        )
+    return details
+
+
 def may_see(node: Node, user: User, vhost: str) -> bool:
     """monitoring/administrator see every vhost, management users those they may use."""
     return reads_everything(user) or node.access.may_use_vhost(user.name, vhost)
@@ -82,30 +136,33 @@ def routes(node: Node) -> APIRouter:
         return vhost
 
     @router.get("/api/queues", summary="Every queue with its counts and effective control")
-    async def queues(user: User = management) -> list[dict[str, Any]]:
+    async def queues(request: Request, user: User = management) -> Any:
         held = await node.store.held_back_bytes()
-        return [
+        rows = [
             queue_stats(node, q, held)
             for v in node.vhosts.values()
             if may_see(node, user, v.name)
             for q in v.queues.values()
         ]
+        return pagination.apply(request, rows)
 
     @router.get("/api/queues/{vhost}", summary="The queues of one vhost")
-    async def vhost_queues(vhost: str, user: User = management) -> list[dict[str, Any]]:
+    async def vhost_queues(request: Request, vhost: str, user: User = management) -> Any:
         host = vhost_or_404(vhost, user)
         held = await node.store.held_back_bytes()
-        return [queue_stats(node, q, held) for q in host.queues.values()]
+        rows = [queue_stats(node, q, held) for q in host.queues.values()]
+        return pagination.apply(request, rows)
 
-    @router.get("/api/queues/{vhost}/{name}", summary="One queue's counts")
-    async def queue(vhost: str, name: str, user: User = management) -> dict[str, Any]:
+    @router.get("/api/queues/{vhost}/{name}", summary="One queue's counts, partitions and lag")
+    async def queue(request: Request, vhost: str, name: str, user: User = management) -> Any:
         runtime = vhost_or_404(vhost, user).queues.get(name)
         if runtime is None:
             raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
         stats = queue_stats(node, runtime, await node.store.held_back_bytes())
         # As RabbitMQ's management plugin: the consumers only in the one-queue view.
         stats["consumer_details"] = [consumer_json(node, c) for c in list(runtime.consumers)]
-        return stats
+        stats["mqgw"]["partition_details"] = await partition_details(node, runtime)
+        return pagination.one(request, stats)
 
     @router.post(
         "/api/queues/{vhost}/{name}/redrive",
