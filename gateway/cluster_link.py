@@ -1,11 +1,14 @@
 """Cluster mode (`mqgw serve --meta redis://…`): metadata in Redis, messages on a broker, and
 the tasks that keep several gateways in step.
 
-- **Backends.** ``open_cluster_backends`` opens the Redis metadata store and finds a broker
-  through it (brokers register themselves; see `mqgw broker --meta`), then connects a
-  RemoteStore, which reconnects by itself. One broker group serves every queue for now: a
-  queue's partitions all live on the first live group (placement over several groups, with
-  a store that routes per partition, is later work).
+- **Backends.** ``open_cluster_backends`` opens the Redis metadata store and finds the broker
+  groups through it (brokers register themselves, see `mqgw broker --meta`; a replicated
+  group's also heartbeat for the controller), then connects a store per group: a RemoteStore
+  to an unreplicated group's broker, a GroupStore following a replicated group's master;
+  both reconnect by themselves. With one group that store is the gateway's store, as it
+  always was. With several, a RoutedStore (storage/routed_store.py) routes each queue
+  partition to its group, as the route table in Redis says (gateway/placement.py: each new
+  queue is placed on the live groups with the fewest partitions before it is created).
 - **Gateway lease.** The gateway holds a lease in Redis (renewed every second, lapsing after
   5 s). A gateway whose lease lapsed is reaped by whichever gateway sees it first: its
   exclusive queues are deleted, as RabbitMQ deletes them with their connection.
@@ -29,17 +32,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
 
+from gateway.placement import QueuePlacement
 from meta.change_feed import Change, Reload
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
 from storage import BrokerUnavailable, connect_remote_store
-from storage.group_store import connect_group_store, replicated_group
+from storage.group_store import connect_group_store, replicated_groups
 from storage.port import StorePort
+from storage.routed_store import RoutedStore
 
 if TYPE_CHECKING:
     from gateway.node import Node
@@ -66,45 +71,74 @@ async def open_cluster_backends(
         settings.meta, exchange_types=exchange_types, default_user=not settings.users
     )
     try:
-        group = await replicated_group(settings.meta)
-        if group is not None:
-            try:
-                opened = connect_group_store(
-                    settings.meta, group, name=settings.node_name, ready_wait_s=BROKER_WAIT_S
+        groups = await _find_groups(meta, settings.meta)
+        async with AsyncExitStack() as stack:
+            stores: dict[str, StorePort] = {}
+            for group, address in groups.items():
+                stores[group] = await stack.enter_async_context(
+                    _open_group(settings, group, address)
                 )
-                async with opened as store:
-                    log.info("cluster: metadata in %s, messages on group %s", settings.meta, group)
-                    yield store, meta
-            except TimeoutError:
-                raise SystemExit(
-                    f"mqgw: group {group} has no master in {settings.meta} "
-                    f"within {BROKER_WAIT_S:.0f} s"
-                ) from None
-            return
-        address = await _find_broker(meta, settings.meta)
-        async with connect_remote_store(address, unavailable_wait_s=10.0) as store:
-            log.info("cluster: metadata in %s, messages on broker %s", settings.meta, address)
-            yield store, meta
+            if len(stores) == 1:
+                (store,) = stores.values()
+                yield store, meta
+                return
+            placement = QueuePlacement(meta, list(stores))
+            for group, store in stores.items():
+                placement.note_stored(group, await store.queues())
+            routed = RoutedStore(stores, placement)
+            placement.live = routed.live_groups
+            log.info("cluster: metadata in %s, queues placed over broker groups %s",
+                     settings.meta, ", ".join(sorted(stores)))  # fmt: skip
+            yield routed, meta
     finally:
         with anyio.CancelScope(shield=True):
             await meta.close()
 
 
-async def _find_broker(meta: RedisMetadataStore, url: str) -> str:
-    """The address of the first live broker (by group, then id), waiting a bounded time for
-    one to register."""
+def _open_group(
+    settings: GatewaySettings, group: str, address: str | None
+) -> AbstractAsyncContextManager[StorePort]:
+    """A store for one group: following its master (replicated: ``address`` None), or to its
+    broker."""
+    assert settings.meta is not None
+    if address is not None:
+        log.info("cluster: metadata in %s, group %s on broker %s", settings.meta, group, address)
+        return connect_remote_store(address, unavailable_wait_s=10.0)
+    log.info("cluster: metadata in %s, messages on replicated group %s", settings.meta, group)
+    return _group_store(settings.meta, group, settings.node_name)
+
+
+@asynccontextmanager
+async def _group_store(url: str, group: str, name: str) -> AsyncIterator[StorePort]:
+    try:
+        async with connect_group_store(url, group, name=name, ready_wait_s=BROKER_WAIT_S) as store:
+            yield store
+    except TimeoutError:
+        raise SystemExit(
+            f"mqgw: group {group} has no master in {url} within {BROKER_WAIT_S:.0f} s"
+        ) from None
+
+
+async def _find_groups(meta: RedisMetadataStore, url: str) -> dict[str, str | None]:
+    """Every live broker group: replicated ones (brokers heartbeat for the controller) map to
+    None, the others to the address of their first live broker (by id). Waits a bounded time
+    for one to appear."""
     with anyio.move_on_after(BROKER_WAIT_S):
         while True:
+            found: dict[str, str | None] = {}
             try:
+                found |= dict.fromkeys(await replicated_groups(url))
                 brokers = sorted(
                     (b for b in await meta.list_brokers() if b.alive),
                     key=lambda b: (b.group, b.broker_id),
                 )
-            except MetadataUnavailable as error:
+            except (MetadataUnavailable, OSError) as error:
                 log.warning("cluster: %s", error)
                 brokers = []
-            if brokers:
-                return brokers[0].address
+            for broker in brokers:
+                found.setdefault(broker.group, broker.address)
+            if found:
+                return dict(sorted(found.items()))
             await anyio.sleep(0.2)
     raise SystemExit(f"mqgw: no live broker registered in {url} within {BROKER_WAIT_S:.0f} s")
 
@@ -117,6 +151,9 @@ class ClusterLink:
         self.meta = meta
         self.gateway_id = node.name
         self.held: dict[tuple[int, int], int] = {}  # (queue id, partition) -> fencing token
+        # Several broker groups: the cache of the route table that the routed store reads.
+        placement = node.store.placement if isinstance(node.store, RoutedStore) else None
+        self.placement = placement if isinstance(placement, QueuePlacement) else None
         self.reloads = 0
 
     async def start(self) -> str:

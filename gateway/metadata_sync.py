@@ -32,6 +32,10 @@ async def apply_change(node: Node, change: Change) -> None:
     if kind.startswith("control."):
         await node.controls.reload()
         return
+    if kind == "placement.set":  # a queue's partitions placed on broker groups
+        if node.cluster is not None and node.cluster.placement is not None:
+            node.cluster.placement.changed(change)
+        return
     if kind == "vhost.added":
         if change.vhost not in node.vhosts:
             await node.open_vhost(change.vhost)

@@ -159,6 +159,8 @@ class Node:
         vhost.on_queue_deleted = self._queue_deleted
         vhost.on_queue_attached = self._queue_attached
         vhost.on_dead_letter = self._dead_letters_waiting.set
+        if self.cluster is not None:  # several broker groups: queues are placed first
+            vhost.placement = self.cluster.placement
         await vhost.load()
         self.vhosts[vhost.name] = vhost
         await taps.restore_firehose(self, vhost)

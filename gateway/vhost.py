@@ -35,6 +35,7 @@ from storage import (
 
 if TYPE_CHECKING:
     from gateway.firehose import Firehose
+    from gateway.placement import QueuePlacement
 
 log = logging.getLogger("mqgw.vhost")
 
@@ -76,6 +77,7 @@ class VirtualHost:
         self.dead_letters: list[DeadLetter] = []
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
         self.firehose: Firehose | None = None  # tracing on (gateway/taps.py switches it)
+        self.placement: QueuePlacement | None = None  # several broker groups (cluster_link)
 
     async def load(self) -> None:
         """Build the router and runtimes from metadata (after a restart: durable things)."""
@@ -90,6 +92,8 @@ class VirtualHost:
             await self._attach_queue(definition)
 
     async def _attach_queue(self, definition: QueueDef) -> QueueRuntime:
+        if self.placement is not None:  # on its broker groups, chosen once for the cluster
+            await self.placement.place(definition)
         await self.store.create_queue(definition.queue_id, definition.partitions)
         runtime = new_queue_runtime(
             definition,
@@ -334,12 +338,13 @@ class VirtualHost:
             self.queues_by_id.pop(runtime.queue_id, None)
             runtime.deleted = True
             self.on_queue_deleted(runtime)
-            if not delete_data:
-                continue
-            try:
-                await self.store.delete_queue(definition.queue_id)
-            except UnknownQueue:
-                log.warning("queue %r had no store queue %d", definition.name, runtime.queue_id)
+            if delete_data:
+                try:
+                    await self.store.delete_queue(definition.queue_id)
+                except UnknownQueue:
+                    log.warning("queue %r had no store queue %d", definition.name, runtime.queue_id)
+            if self.placement is not None:
+                self.placement.forget(definition)
 
     # -- changes made by other gateways (cluster mode: gateway/metadata_sync.py) ----------
 

@@ -130,6 +130,11 @@ class GroupStore:
         self._changed = anyio.Event()
         close_old()
 
+    @property
+    def connected(self) -> bool:
+        """Connected to a master now."""
+        return self._store is not None and self._store.connected
+
     async def wait_ready(self, timeout_s: float) -> None:
         with anyio.fail_after(timeout_s):
             while self._store is None:
@@ -312,18 +317,24 @@ async def open_group_store(
             tg.cancel_scope.cancel()
 
 
-async def replicated_group(url: str) -> str | None:
-    """The first broker group run by a controller (its brokers heartbeat through Redis at
-    ``url``), or None when brokers only register (a group without replication)."""
+async def replicated_groups(url: str) -> list[str]:
+    """Every broker group run by a controller (its brokers heartbeat through Redis at
+    ``url``), by name; groups without replication only register, and are not listed."""
     client: Redis = Redis.from_url(url, decode_responses=True, protocol=2)
     keys = ControllerKeys()
     try:
+        found = []
         for group in sorted(str(g) for g in await client.smembers(keys.groups)):
             if await client.scard(keys.members(group)):  # brokers heartbeat there
-                return group
+                found.append(group)
+        return found
     finally:
         await client.aclose()
-    return None
+
+
+async def replicated_group(url: str) -> str | None:
+    """The first of ``replicated_groups``, or None."""
+    return next(iter(await replicated_groups(url)), None)
 
 
 @asynccontextmanager

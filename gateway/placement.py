@@ -1,0 +1,87 @@
+"""Which broker group holds each partition of each queue, on a gateway of a cluster with
+several groups (docs/cluster.md, "Placement").
+
+The route table lives in the metadata store (meta.cluster.ClusterRegistry.place_queue): a
+queue's partitions are placed once, on the live groups holding the fewest partitions, and
+stay there until the queue is deleted. This is the gateway's cache of it, keyed by queue id,
+which is what storage.routed_store.RoutedStore asks (``placement(queue_id)``) on every call.
+
+A queue is placed before its store queue is created (``place``, from the vhost when it
+attaches a queue: declared here, declared elsewhere and heard of on the change feed, or
+loaded at start). ``place_queue`` is idempotent, so whichever gateway comes first decides and
+every other one gets the same answer. ``placement.set`` changes on the feed keep the cache
+current for queues attached here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+
+from meta.change_feed import Change
+from meta.cluster import ClusterRegistry
+from meta.errors import MetaError
+from meta.models import QueueDef
+
+log = logging.getLogger("mqgw.cluster")
+
+
+class QueuePlacement:
+    def __init__(self, meta: ClusterRegistry, groups: Sequence[str]) -> None:
+        self.meta = meta
+        self.groups = sorted(groups)  # the groups this gateway has a store for
+        self.live: Callable[[], list[str]] = lambda: self.groups  # set by the owner
+        self._by_id: dict[int, list[str]] = {}
+        self._ids: dict[tuple[str, str], int] = {}  # (vhost, name) -> queue id, attached here
+        self._stored: dict[int, list[str]] = {}  # queue id -> groups whose store had it at start
+
+    def note_stored(self, group: str, queue_ids: Iterable[int]) -> None:
+        """At start: the queues ``group``'s store holds. A queue stored before the cluster
+        had several groups has no route yet; it is placed where its messages are."""
+        for queue_id in queue_ids:
+            self._stored.setdefault(queue_id, []).append(group)
+
+    def __call__(self, queue_id: int) -> list[str] | None:
+        """The group of each partition of the queue; None if it is not placed (yet)."""
+        return self._by_id.get(queue_id)
+
+    async def place(self, definition: QueueDef) -> None:
+        """Place the queue (or read where it was placed) before its store queue is made."""
+        if definition.queue_id in self._by_id:
+            return
+        stored = self._stored.get(definition.queue_id)
+        live = [g for g in self.live() if g in self.groups] or self.groups
+        try:
+            route = await self.meta.place_queue(
+                definition.vhost, definition.name, definition.partitions, stored or live
+            )
+        except MetaError as error:
+            if error.reply_code != 404:
+                raise
+            return  # deleted meanwhile: its deletion follows on the feed
+        unknown = sorted(set(route) - set(self.groups))
+        if unknown:
+            log.error("queue %r in vhost %r is placed on broker group(s) %s, which this gateway "
+                      "has no store for", definition.name, definition.vhost,
+                      ", ".join(unknown))  # fmt: skip
+        self._by_id[definition.queue_id] = route
+        self._stored.pop(definition.queue_id, None)
+        self._ids[(definition.vhost, definition.name)] = definition.queue_id
+
+    def changed(self, change: Change) -> None:
+        """A ``placement.set`` from the feed (this gateway's own too)."""
+        queue_id = self._ids.get((change.vhost, change.name))
+        route = (change.document or {}).get("partitions")
+        if queue_id is None or not isinstance(route, list):
+            return  # not attached here: placed (read from Redis) when it is
+        known = self._by_id.get(queue_id)
+        if known is not None and len(known) != len(route):
+            return  # another incarnation of the name (deleted and declared again)
+        self._by_id[queue_id] = [str(group) for group in route]
+
+    def forget(self, definition: QueueDef) -> None:
+        """The queue was deleted (its store data first, while its placement was known)."""
+        self._by_id.pop(definition.queue_id, None)
+        key = (definition.vhost, definition.name)
+        if self._ids.get(key) == definition.queue_id:
+            del self._ids[key]
