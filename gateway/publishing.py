@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gateway.session import Session
 
 _FLAGS = struct.Struct(">H")
+_make_tuple = tuple.__new__
 _LEADING_INTEGER = re.compile(r"[+-]?[0-9]+")
 HEADERS_FLAG = 0x2000
 DELIVERY_MODE_FLAG = 0x1000
@@ -33,6 +34,7 @@ REPLY_TO_FLAG = 0x0200
 USER_ID_FLAG = 0x0010
 EXPIRATION_FLAG = 0x0100
 PERSISTENT = 1  # record flag bit 0
+_BEFORE_DELIVERY_MODE = 0x8000 | 0x4000 | HEADERS_FLAG  # content-type, -encoding, headers
 EXPIRES = 2  # record flag bit 1: the message has an expiration property
 
 
@@ -47,6 +49,7 @@ class RouteOutcome(NamedTuple):
 
 
 UNROUTED = RouteOutcome(None, [], False)
+DELIVERED = RouteOutcome(None, [], True)  # handed to a consumer at once, nothing to store
 
 
 def route_publish(
@@ -71,7 +74,12 @@ def route_publish(
     properties_bytes = publish.properties_bytes
     flags = _FLAGS.unpack_from(properties_bytes)[0] if len(properties_bytes) >= 2 else 0
     headers = None
-    delivery_mode = _delivery_mode(properties_bytes, flags) if flags & DELIVERY_MODE_FLAG else 0
+    if not flags & DELIVERY_MODE_FLAG:
+        delivery_mode = 0
+    elif not flags & _BEFORE_DELIVERY_MODE and len(properties_bytes) > 2:
+        delivery_mode = properties_bytes[2]  # the first property present: no call
+    else:
+        delivery_mode = _delivery_mode(properties_bytes, flags)
     if flags & EXPIRATION_FLAG:
         _check_expiration(publish.properties.expiration)
     if flags & (HEADERS_FLAG | USER_ID_FLAG | REPLY_TO_FLAG) or delivery_mode < 0:
@@ -94,7 +102,7 @@ def route_publish(
             properties.headers = strip_bcc(dict(headers))
             properties_bytes = frame_writer.encode_properties(properties)
     delayed = headers is not None and delay_of(headers) is not None
-    if exchange.type == DELAYED_MESSAGE_EXCHANGE_TYPE and delayed:
+    if delayed and exchange.type == DELAYED_MESSAGE_EXCHANGE_TYPE:
         assert headers is not None
         record_flags = _record_flags(delivery_mode, flags)
         timer_record = hold(session.node.timer, vhost.name, publish, headers, record_flags, now_ms)
@@ -105,8 +113,19 @@ def route_publish(
     if not publish.exchange and headers is None:
         # The default exchange without CC/BCC: the queue named by the key, or nowhere.
         queue = vhost.queues.get(publish.routing_key)
-        queues = [] if queue is None else [queue]
-        return _record(channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms)
+        if queue is None:
+            return UNROUTED
+        if (
+            queue.plain
+            and delivery_mode != 2
+            and not flags & EXPIRATION_FLAG
+            and not channel.tx_mode
+            and not channel.confirm_mode
+            and session.tap is None
+            and queue.deliver_now("", publish.routing_key, properties_bytes, publish.body, now_ms)
+        ):
+            return DELIVERED
+        return _record(channel, publish, properties_bytes, [queue], delivery_mode, flags, now_ms)
     try:
         result = vhost.router.route(
             publish.exchange,
@@ -163,7 +182,7 @@ def _record(
     if not channel.tx_mode:  # tx publishes count once tx.commit has stored them
         for queue in queues:
             queue.count_in(size, record_flags)
-    record = Record(
+    fields = (
         publish.exchange.encode(),
         publish.routing_key.encode(),
         properties_bytes,
@@ -172,7 +191,9 @@ def _record(
         now_ms,
         record_flags,
     )
-    return RouteOutcome(record, queues, True, rejected)
+    record: Record = _make_tuple(Record, fields)  # no Python-level __new__ per message
+    outcome: RouteOutcome = _make_tuple(RouteOutcome, (record, queues, True, rejected, ()))
+    return outcome
 
 
 def _refuse_overflow(

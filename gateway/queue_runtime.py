@@ -54,6 +54,10 @@ DLQ_SUFFIX = ".dlq"
 DELIVERY_COUNT = "x-delivery-count"
 
 
+# tuple.__new__ skips a NamedTuple's Python-level __new__ (a frame per message saved).
+_make_tuple = tuple.__new__
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -94,6 +98,7 @@ class QueueRuntime:
         self.store = store
         self.behaviour = behaviour or behaviour_of(definition.arguments)
         self.rejects_publish = self.behaviour.rejects_publish  # read per publish: a plain field
+        self.plain = self._is_plain()  # may deliver_now (read per publish: a plain field)
         self.outbox = outbox  # where dead letters go (the vhost's); None: dropped
         # The push scheduler's wake (None in unit tests): for what the queue itself decides
         # may let it deliver, such as another consumer becoming the single active one.
@@ -180,6 +185,22 @@ class QueueRuntime:
     def set_behaviour(self, behaviour: QueueBehaviour) -> None:
         self.behaviour = behaviour
         self.rejects_publish = behaviour.rejects_publish
+        self.plain = self._is_plain()
+
+    def _is_plain(self) -> bool:
+        """A one-partition classic FIFO queue without limits, TTL or delivery counting: a
+        message into it when empty goes to the next consumer, nothing else happens to it."""
+        b = self.behaviour
+        arguments = self.definition.arguments
+        return (
+            type(self) is QueueRuntime
+            and self.partitions == 1
+            and arguments.get("x-queue-type", "classic") == "classic"
+            and arguments.get("x-consume-mode") != "broadcast"
+            and not b.has_limits
+            and b.message_ttl_ms is None
+            and not b.counts_deliveries
+        )
 
     # -- consumers ------------------------------------------------------------------------
 
@@ -209,6 +230,12 @@ class QueueRuntime:
         """Round-robin among the highest-priority consumers that have credit."""
         consumers = self.consumers
         n = len(consumers)
+        if n == 1:  # the common case, without the loop (same outcome)
+            consumer = consumers[0]
+            if consumer.has_credit():
+                self._rr = 1
+                return consumer
+            return None
         best: Consumer | None = None
         best_index = 0
         for k in range(n):
@@ -406,6 +433,52 @@ class QueueRuntime:
         if len(cursors) == 1:
             return starts.get((qid, 0), cursors[0]) == cursors[0]
         return all(starts.get((qid, p), cursor) == cursor for p, cursor in enumerate(cursors))
+
+    def deliver_now(
+        self,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes | bytearray,
+        now_ms: int,
+    ) -> bool:
+        """Write-through without the append: a transient message into an empty plain queue
+        whose consumers are all no-ack goes to the next one with credit at once, as RabbitMQ
+        hands it over without writing it; nothing is left to store or redeliver. False (the
+        caller stores it as usual) if anything is pending here or nobody can take it now."""
+        if (
+            self.ready_count
+            or not self.exhausted
+            or self.buffer
+            or self.requeued
+            or self.paused
+            or self.deleted
+            or self.leases is not None
+            or not self.consumers
+        ):
+            return False
+        consumers = self.consumers
+        if not (consumers[0].no_ack if len(consumers) == 1 else all(c.no_ack for c in consumers)):
+            return False
+        consumer = self.next_consumer()
+        if consumer is None:
+            return False
+        self.enqueued += 1
+        self.delivered += 1
+        fields = (
+            self.cursors[0],  # not an offset in the store: nothing refers to it afterwards
+            -1,
+            exchange.encode(),
+            routing_key.encode(),
+            memoryview(properties),
+            memoryview(body),
+            now_ms,
+            now_ms,
+            0,
+        )
+        message: StoredMessage = _make_tuple(StoredMessage, fields)
+        consumer.channel.session.deliver(consumer, self, 0, message, False)
+        return True
 
     def absorb(self, messages: list[tuple[int, StoredMessage]]) -> bool:
         """Take just-appended messages from the batch in hand (see caught_up)."""

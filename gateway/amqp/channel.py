@@ -40,7 +40,7 @@ PUBLISH_INDEX = 0x003C0028
 MAX_MSG_SIZE = 536_870_912
 
 _CONTENT_HEAD = struct.Struct(">HHQ")
-_TICKET = 2  # basic.publish starts with a deprecated u16 ticket
+_EXCHANGE_AT = 6  # basic.publish: class, method, a deprecated u16 ticket, then the exchange
 
 
 class ChannelState(enum.Enum):
@@ -108,24 +108,27 @@ class PublishHead(NamedTuple):
     immediate: bool
 
 
-def _shortstr_at(payload: bytes, offset: int) -> tuple[str, int]:
-    length = payload[offset]
-    end = offset + 1 + length
-    if end > len(payload):
-        raise ValueError("shortstr overruns the frame")
-    return payload[offset + 1 : end].decode("utf-8"), end
-
-
 def decode_publish(payload: bytes) -> PublishHead:
     """Hand-decode basic.publish (the hot inbound method): ticket, exchange, key, bits."""
     try:
-        exchange, offset = _shortstr_at(payload, 4 + _TICKET)
-        routing_key, offset = _shortstr_at(payload, offset)
-        bits = payload[offset]
+        end = _EXCHANGE_AT + 1 + payload[_EXCHANGE_AT]
+        if end > len(payload):
+            raise ValueError("shortstr overruns the frame")
+        exchange = payload[_EXCHANGE_AT + 1 : end].decode("utf-8")
+        start = end + 1
+        end = start + payload[end]
+        if end > len(payload):
+            raise ValueError("shortstr overruns the frame")
+        routing_key = payload[start:end].decode("utf-8")
+        bits = payload[end]
     except (IndexError, ValueError) as err:
         detail = f"cannot decode {erlang_binary(payload[4:68], as_text=False)}"
         raise FrameError(detail, *PUBLISH_IDS) from err
-    return PublishHead(exchange, routing_key, bool(bits & 1), bool(bits & 2))
+    # tuple.__new__ skips the NamedTuple's Python-level __new__ (once per message).
+    return _make_head(PublishHead, (exchange, routing_key, (bits & 1) == 1, (bits & 2) == 2))
+
+
+_make_head = tuple.__new__
 
 
 class Channel:

@@ -8,12 +8,14 @@ convert (soft ones close the channel, hard ones the connection).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 from pamqp import base, commands
 
 from gateway.amqp import frame_writer, unchecked
 from gateway.amqp.channel import (
+    BASIC_CLASS_ID,
     PUBLISH_INDEX,
     Channel,
     ChannelInput,
@@ -33,6 +35,7 @@ from gateway.amqp.events import (
     ChannelMethod,
     ChannelOpened,
     Event,
+    Publish,
 )
 from gateway.amqp.frame_reader import (
     FRAME_BODY,
@@ -43,6 +46,7 @@ from gateway.amqp.frame_reader import (
 )
 from gateway.amqp.methods import channel_close, decode_method, method_ids, method_index
 
+_CONTENT_HEAD = struct.Struct(">HHQ")  # class id, weight, body size
 # RabbitMQ's channel-id is empty (pamqp's default, and only allowed value, is "0").
 _OPEN_OK = unchecked.build(commands.Channel.OpenOk, channel_id="")
 _CLOSE_INDEX = commands.Channel.Close.index
@@ -88,13 +92,17 @@ class ChannelTable:
         )
 
     def on_publish(self, frames: PublishFrames, events: list[Event]) -> None:
-        """A publish cut in one step: the same checks and state changes as three frames."""
-        channel = self._channels[frames.channel]
-        channel.on_publish(decode_publish(frames.method))
-        channel.on_header(frames.header, self.max_message_size)
-        publish = channel.on_body(frames.body)
-        assert publish is not None  # one body frame carries the whole body
-        events.append(publish)
+        """A publish cut in one step: the same checks and outcome as three frames. The
+        channel awaits a method before and after (accepts_publish), so only a body over
+        max_message_size needs the frame-by-frame steps (for their error)."""
+        number, method, properties, body = frames
+        head = decode_publish(method)
+        if len(body) > self.max_message_size:
+            channel = self._channels[number]
+            channel.on_publish(head)
+            header = _CONTENT_HEAD.pack(BASIC_CLASS_ID, 0, len(body)) + properties
+            channel.on_header(header, self.max_message_size)  # raises
+        events.append(Publish(number, *head, properties, body))
 
     def on_frame(self, frame: RawFrame, events: list[Event]) -> None:
         """Route one frame of a channel other than 0."""

@@ -34,8 +34,9 @@ PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 
 _FRAME_HEAD = struct.Struct(">BHI")
-_PUBLISH_METHOD = b"\x00\x3c\x00\x28"  # class 60 (basic), method 40 (publish)
-_CONTENT_HEAD = struct.Struct(">HHQ")  # class id, weight, body size
+_PUBLISH_INDEX = 0x003C0028  # class 60 (basic), method 40 (publish)
+_METHOD_HEAD = struct.Struct(">BHII")  # frame head + method index
+_CONTENT_FRAME_HEAD = struct.Struct(">BHIHHQ")  # frame head + class id, weight, body size
 _MIN_PAYLOAD = {FRAME_METHOD: 4, FRAME_HEADER: 12, FRAME_BODY: 0}
 
 
@@ -59,12 +60,16 @@ class RawFrame(NamedTuple):
 
 
 class PublishFrames(NamedTuple):
-    """basic.publish + content header + one body frame, cut in one step (payloads only)."""
+    """basic.publish + content header + one body frame, cut in one step: the method's
+    payload, the header's property bytes (after class, weight and body size) and the body."""
 
     channel: int
     method: bytes
-    header: bytes
+    properties: bytes
     body: bytes
+
+
+_make_tuple = tuple.__new__
 
 
 class FrameReader:
@@ -100,53 +105,67 @@ class FrameReader:
         single body frame, all complete in the buffer and on one channel that ``accept``s
         them. Anything else, or anything unusual (an oversized or malformed frame, a bad
         frame-end, a content header of another class or weight, several body frames), is
-        None and left for next_frame, which validates and reports it frame by frame."""
+        None and left for next_frame, which validates and reports it frame by frame.
+        The three frame heads are read with one struct call each (method id and content
+        header fields included): this runs once per message."""
         if self.broken or self.expect_protocol_header:
             return None
         buf = self._buf
-        method = self._complete_frame(self._pos, FRAME_METHOD, None)
-        if method is None or buf[method[1] : method[1] + 4] != _PUBLISH_METHOD:
+        size = len(buf)
+        pos = self._pos
+        if pos + 11 > size:
             return None
-        channel, method_start, method_end = method
-        head = self._complete_frame(method_end + 1, FRAME_HEADER, channel)
-        if head is None or head[2] - head[1] < 12:
-            return None
-        _, head_start, head_end = head
-        class_id, weight, body_size = _CONTENT_HEAD.unpack_from(buf, head_start)
-        if class_id != 60 or weight != 0 or body_size == 0:
-            return None
-        body = self._complete_frame(head_end + 1, FRAME_BODY, channel)
-        if body is None or body[2] - body[1] != body_size or not accept(channel):
-            return None
-        _, body_start, body_end = body
-        self._pos = body_end + 1
-        return PublishFrames(
-            channel,
-            bytes(buf[method_start:method_end]),
-            bytes(buf[head_start:head_end]),
-            bytes(buf[body_start:body_end]),
-        )
-
-    def _complete_frame(
-        self, pos: int, kind: int, channel: int | None
-    ) -> tuple[int, int, int] | None:
-        """(channel, payload start, payload end) of a whole, well-ended frame of ``kind``
-        (on ``channel`` if given) at ``pos``; None if it is anything else or incomplete."""
-        buf = self._buf
-        if pos + FRAME_HEADER_SIZE > len(buf):
-            return None
-        frame_type, number, size = _FRAME_HEAD.unpack_from(buf, pos)
-        start = pos + FRAME_HEADER_SIZE
-        stop = start + size
+        kind, channel, method_size, method_id = _METHOD_HEAD.unpack_from(buf, pos)
+        method_start = pos + FRAME_HEADER_SIZE
+        method_end = method_start + method_size
+        frame_max = self.frame_max
         if (
-            frame_type != kind
-            or (channel is not None and number != channel)
-            or size > self.frame_max
-            or stop >= len(buf)
-            or buf[stop] != FRAME_END
+            kind != FRAME_METHOD
+            or method_id != _PUBLISH_INDEX
+            or method_size > frame_max
+            or method_end + 1 + _CONTENT_FRAME_HEAD.size > size
+            or buf[method_end] != FRAME_END
         ):
             return None
-        return number, start, stop
+        head_at = method_end + 1
+        kind, number, head_size, class_id, weight, body_size = _CONTENT_FRAME_HEAD.unpack_from(
+            buf, head_at
+        )
+        head_end = head_at + FRAME_HEADER_SIZE + head_size
+        if (
+            kind != FRAME_HEADER
+            or number != channel
+            or head_size < 12
+            or head_size > frame_max
+            or class_id != 60
+            or weight != 0
+            or body_size == 0
+            or body_size > frame_max
+            or head_end + 1 + FRAME_HEADER_SIZE + body_size >= size
+            or buf[head_end] != FRAME_END
+        ):
+            return None
+        body_at = head_end + 1
+        kind, number, frame_size = _FRAME_HEAD.unpack_from(buf, body_at)
+        body_start = body_at + FRAME_HEADER_SIZE
+        body_end = body_start + body_size
+        if (
+            kind != FRAME_BODY
+            or number != channel
+            or frame_size != body_size
+            or buf[body_end] != FRAME_END
+            or not accept(channel)
+        ):
+            return None
+        self._pos = body_end + 1
+        fields = (
+            channel,
+            bytes(buf[method_start:method_end]),
+            bytes(buf[head_at + FRAME_HEADER_SIZE + 12 : head_end]),
+            bytes(buf[body_start:body_end]),
+        )
+        frames: PublishFrames = _make_tuple(PublishFrames, fields)  # no Python-level __new__
+        return frames
 
     def next_frame(self) -> RawFrame | ProtocolHeaderReceived | None:
         """The next complete frame, or None when more bytes are needed."""
