@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, field_validator
 from gateway import taps
 from gateway.admin.auth import ADMINISTRATOR, MANAGEMENT, granted, reads_everything, requires
 from gateway.admin.paths import SlashRoute
+from gateway.stats import queue_unacked
 from meta.definitions_export import permission_entry, user_entry
 from meta.models import Permission, User, VHost
 from meta.password import SHA256_ALGORITHM, hash_password
@@ -67,14 +68,24 @@ def split_tags(tags: str | list[str]) -> tuple[str, ...]:
     return tuple(t.strip() for t in items if t.strip())
 
 
-def vhost_json(vhost: VHost) -> dict[str, Any]:
-    return {
+def vhost_json(vhost: VHost, node: Node | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "name": vhost.name,
         "description": vhost.description,
         "tags": list(vhost.tags),
         "metadata": {"description": vhost.description, "tags": list(vhost.tags)},
         "tracing": vhost.tracing,
     }
+    opened = None if node is None else node.vhosts.get(vhost.name)
+    if opened is not None:  # the counts RabbitMQ shows per vhost (rabbitmqadmin list vhosts)
+        ready = sum(q.ready_count for q in opened.queues.values())
+        unacked = sum(queue_unacked(q) for q in opened.queues.values())
+        body |= {
+            "messages": ready + unacked,
+            "messages_ready": ready,
+            "messages_unacknowledged": unacked,
+        }
+    return body
 
 
 def routes(node: Node) -> APIRouter:
@@ -144,7 +155,7 @@ def routes(node: Node) -> APIRouter:
     @router.get("/api/vhosts", summary="The vhosts the user may see")
     async def vhosts(user: User = management) -> list[dict[str, Any]]:
         return [
-            vhost_json(v)
+            vhost_json(v, node)
             for v in await node.meta.list_vhosts()
             if reads_everything(user) or node.access.may_use_vhost(user.name, v.name)
         ]
@@ -155,7 +166,7 @@ def routes(node: Node) -> APIRouter:
         visible = reads_everything(user) or node.access.may_use_vhost(user.name, name)
         if vhost is None or not visible:
             raise HTTPException(404, f"no vhost '{name}'")
-        return vhost_json(vhost)
+        return vhost_json(vhost, node)
 
     @router.put(
         "/api/vhosts/{name}",

@@ -86,6 +86,11 @@ def test_declare_list_publish_get_delete_match_rabbitmq(
         for t in targets
     ]
     assert listed[1] == listed[0]
+    per_vhost = ("list", "vhosts", "name", "messages", "messages_ready")
+    vhost_counts = [
+        settled(rabbitmqadmin, t, per_vhost, lambda rows: rows == ["/\t4\t4"]) for t in targets
+    ]
+    assert vhost_counts[1] == vhost_counts[0]
 
     for get in (
         ("get", "queue=adm.q1", "count=5"),  # ack_requeue_true: both come back, redelivered
