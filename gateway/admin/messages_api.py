@@ -16,6 +16,7 @@ import binascii
 import datetime
 import random
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException
@@ -24,7 +25,8 @@ from pamqp import commands
 from gateway.admin.auth import MANAGEMENT, requires
 from gateway.admin.connections_api import json_value
 from gateway.admin.paths import SlashRoute
-from gateway.admin.queues_api import may_see
+from gateway.admin.queues_api import permit as permit_on
+from gateway.admin.queues_api import visible_vhost
 from gateway.admin.topology_api import DEFAULT_EXCHANGE_ALIAS, Json
 from gateway.amqp.events import decode_properties
 from gateway.publishing import EXPIRES, PERSISTENT
@@ -104,16 +106,8 @@ def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
 
-    def vhost_or_404(name: str, user: User) -> VirtualHost:
-        vhost = node.vhosts.get(name)
-        if vhost is None or not may_see(node, user, name):
-            raise HTTPException(404, f"no vhost '{name}'")
-        return vhost
-
-    def permit(user: User, vhost: str, kind: str, name: str) -> None:
-        grants = node.access.grants(user.name, vhost)
-        if not grants.check("write" if kind == "write" else "read", name):
-            raise HTTPException(401, "Access refused.")
+    vhost_or_404 = partial(visible_vhost, node)
+    permit = partial(permit_on, node)
 
     @router.post("/api/exchanges/{vhost}/{name}/publish", summary="Publish one message")
     async def publish(vhost: str, name: str, body: Json, user: User = management) -> Any:

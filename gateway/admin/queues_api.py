@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Request, Response
@@ -123,17 +124,27 @@ def may_see(node: Node, user: User, vhost: str) -> bool:
     return reads_everything(user) or node.access.may_use_vhost(user.name, vhost)
 
 
+def visible_vhost(node: Node, name: str, user: User) -> VirtualHost:
+    """The open vhost ``name`` if ``user`` may see it, else 404 (as RabbitMQ: not 403)."""
+    vhost = node.vhosts.get(name)
+    if vhost is None or not may_see(node, user, name):
+        raise HTTPException(404, f"no vhost '{name}'")
+    return vhost
+
+
+def permit(node: Node, user: User, vhost: str, kind: str, name: str) -> None:
+    """The user's write (publish) or read (get) permission on ``name``, else RabbitMQ's 401."""
+    if not node.access.grants(user.name, vhost).check("write" if kind == "write" else "read", name):
+        raise HTTPException(401, "Access refused.")
+
+
 def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
     monitoring = Depends(requires(MONITORING, node))
     policymaker = Depends(requires(POLICYMAKER, node))
 
-    def vhost_or_404(name: str, user: User) -> VirtualHost:
-        vhost = node.vhosts.get(name)
-        if vhost is None or not may_see(node, user, name):
-            raise HTTPException(404, f"no vhost '{name}'")
-        return vhost
+    vhost_or_404 = partial(visible_vhost, node)
 
     @router.get("/api/queues", summary="Every queue with its counts and effective control")
     async def queues(request: Request, user: User = management) -> Any:

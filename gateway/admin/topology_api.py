@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from urllib.parse import quote
 
@@ -21,7 +22,7 @@ from gateway.admin import pagination
 from gateway.admin.auth import MANAGEMENT, requires
 from gateway.admin.connections_api import json_value
 from gateway.admin.paths import SlashRoute
-from gateway.admin.queues_api import may_see
+from gateway.admin.queues_api import may_see, visible_vhost
 from gateway.amqp.errors import AMQPError
 from meta.models import BindingDef, DestinationType, ExchangeDef, QueueDef, User
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
     from gateway.access import Kind
     from gateway.node import Node
-    from gateway.vhost import VirtualHost
 
 T = TypeVar("T")
 DEFAULT_EXCHANGE_ALIAS = "amq.default"  # how the plugin's URLs name the default exchange ""
@@ -111,11 +111,7 @@ def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
 
-    def vhost_or_404(name: str, user: User) -> VirtualHost:
-        vhost = node.vhosts.get(name)
-        if vhost is None or not may_see(node, user, name):
-            raise HTTPException(404, f"no vhost '{name}'")
-        return vhost
+    vhost_or_404 = partial(visible_vhost, node)
 
     def permit(user: User, vhost: str, kind: Kind, name: str) -> None:
         if not node.access.grants(user.name, vhost).check(kind, name):

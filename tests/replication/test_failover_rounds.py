@@ -18,7 +18,7 @@ import pika
 import pytest
 
 from tests.replication.conftest import Group
-from tests.replication.test_gateway_failover import Publisher, _drain
+from tests.replication.load import Publisher, drain
 
 pytestmark = [
     pytest.mark.slow,
@@ -142,7 +142,7 @@ async def test_twenty_master_kills_lose_nothing(group: Group) -> None:
 
 def _drain_prefixed(url: str, queue: str, prefix: str, expected: set[int]) -> dict[int, int]:
     if not prefix:
-        return _drain(url, queue, expected)
+        return drain(url, queue, expected)
     seen: dict[int, int] = {}
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()

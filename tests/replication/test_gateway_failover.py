@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import threading
 import time
 
 import pika
@@ -14,56 +13,9 @@ import pytest
 
 from tests.harness.tcp_proxy import TcpProxy
 from tests.replication.conftest import Group
+from tests.replication.load import Publisher, drain, finish, loaded_group, more
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-
-
-class Publisher(threading.Thread):
-    """Publishes numbered persistent messages with confirms until stopped; records which
-    were confirmed and the longest wait for one confirm."""
-
-    def __init__(self, url: str, queue: str) -> None:
-        super().__init__(daemon=True)
-        self.url, self.queue = url, queue
-        self.confirmed: list[int] = []
-        self.longest_stall_s = 0.0
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        try:
-            connection = pika.BlockingConnection(pika.URLParameters(self.url))
-            channel = connection.channel()
-            channel.confirm_delivery()
-            n = 0
-            while not self.stop.is_set():
-                started = time.monotonic()
-                channel.basic_publish(
-                    "", self.queue, str(n).encode(),
-                    pika.BasicProperties(delivery_mode=2), mandatory=True,
-                )  # fmt: skip
-                self.longest_stall_s = max(self.longest_stall_s, time.monotonic() - started)
-                self.confirmed.append(n)
-                n += 1
-            connection.close()
-        except BaseException as error:  # reported by the test
-            self.error = error
-
-
-def _drain(url: str, queue: str, expected: set[int], timeout_s: float = 30) -> dict[int, int]:
-    seen: dict[int, int] = {}
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    deadline = time.monotonic() + timeout_s
-    while not expected <= set(seen) and time.monotonic() < deadline:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            time.sleep(0.05)
-            continue
-        n = int(body)
-        seen[n] = seen.get(n, 0) + 1
-    connection.close()
-    return seen
 
 
 async def test_master_kill_loses_no_confirmed_message(group: Group) -> None:
@@ -92,7 +44,7 @@ async def test_master_kill_loses_no_confirmed_message(group: Group) -> None:
     assert publisher.error is None, f"{publisher.error!r}\n{gateway.log()[-6000:]}"
     assert len(publisher.confirmed) >= before_kill + 300, "publishing did not resume"
     confirmed = set(publisher.confirmed)
-    seen = _drain(url, "orders", confirmed)
+    seen = drain(url, "orders", confirmed)
     missing = confirmed - set(seen)
     assert not missing, f"{len(missing)} confirmed message(s) lost, e.g. {sorted(missing)[:5]}"
     print(f"longest confirm stall at master kill: {publisher.longest_stall_s:.2f} s")
@@ -100,18 +52,8 @@ async def test_master_kill_loses_no_confirmed_message(group: Group) -> None:
 
 
 async def test_planned_switchover_under_load_has_no_publisher_error(group: Group) -> None:
-    group.add_controller("c1")
-    group.add_broker("a")
-    group.add_broker("b")
-    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
-    gateway = group.add_gateway("gw1")
-    connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
-    connection.channel().queue_declare("orders", durable=True)
-    connection.close()
-    publisher = Publisher(gateway.url, "orders")
-    publisher.start()
-    while len(publisher.confirmed) < 200 and publisher.error is None:
-        time.sleep(0.02)
+    publisher, url = await loaded_group(group)
+    record = await group.record()
     switched = subprocess.run(
         [sys.executable, "-m", "mqgw_cli.main", "ctl", "switchover", "g1",
          "--meta", group.redis.url],
@@ -121,57 +63,29 @@ async def test_planned_switchover_under_load_has_no_publisher_error(group: Group
     after = await group.record()
     assert after.master != record.master and after.epoch > record.epoch
     took = float(switched.stdout.rsplit(" in ", 1)[1].split()[0])
-    count = len(publisher.confirmed)
-    deadline = time.monotonic() + 10
-    while len(publisher.confirmed) < count + 200 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    publisher.stop.set()
-    publisher.join(10)
-    assert publisher.error is None, repr(publisher.error)
-    seen = _drain(gateway.url, "orders", set(publisher.confirmed))
-    assert set(publisher.confirmed) <= set(seen)
+    more(publisher, 200)
+    finish(publisher, url)
     print(f"switchover took {took:.2f} s; longest confirm wait {publisher.longest_stall_s:.2f} s")
     assert took < 1.0
 
 
 async def test_old_master_returns_rejoins_and_can_lead_again(group: Group) -> None:
-    group.add_controller("c1")
-    group.add_broker("a")
-    group.add_broker("b")
-    first = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
-    gateway = group.add_gateway("gw1")
-    connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
-    connection.channel().queue_declare("orders", durable=True)
-    connection.close()
-    publisher = Publisher(gateway.url, "orders")
-    publisher.start()
+    publisher, url = await loaded_group(group)
+    first = await group.record()
 
-    def published(more: int) -> None:
-        target = len(publisher.confirmed) + more
-        deadline = time.monotonic() + 15
-        while len(publisher.confirmed) < target and time.monotonic() < deadline:
-            assert publisher.error is None, repr(publisher.error)
-            time.sleep(0.02)
-        assert len(publisher.confirmed) >= target, "publishing stalled"
-
-    published(200)
+    more(publisher, 200)
     old = group.master(first)
     old.kill()  # mid-stream: its log may hold an unconfirmed tail the new master lacks
     second = await group.until(lambda r: r.epoch > first.epoch and r.master != first.master)
-    published(200)
+    more(publisher, 200)
     old.start()  # back: resigns from its epoch, cuts back to the common point, follows
     await group.until(lambda r: r.in_sync == {"a", "b"} and r.epoch == second.epoch)
     assert f"broker {first.master} follows {second.master}" in old.log()
-    published(200)
+    more(publisher, 200)
     group.master(second).kill()
     await group.until(lambda r: r.master == first.master and r.epoch > second.epoch)
-    published(200)
-    publisher.stop.set()
-    publisher.join(10)
-    assert publisher.error is None, repr(publisher.error)
-    seen = _drain(gateway.url, "orders", set(publisher.confirmed))
-    missing = set(publisher.confirmed) - set(seen)
-    assert not missing, f"{len(missing)} confirmed message(s) lost, e.g. {sorted(missing)[:5]}"
+    more(publisher, 200)
+    finish(publisher, url)
 
 
 async def test_master_cut_off_from_redis_stops_confirming_before_another_is_elected(
@@ -210,7 +124,7 @@ async def test_master_cut_off_from_redis_stops_confirming_before_another_is_elec
         )
         assert elected is not None
         assert ran_out.group(1) < elected.group(1), (ran_out.group(1), elected.group(1))
-        seen = _drain(gateway.url, "orders", set(publisher.confirmed))
+        seen = drain(gateway.url, "orders", set(publisher.confirmed))
         assert set(publisher.confirmed) <= set(seen)
     finally:
         for proxy in proxies.values():
