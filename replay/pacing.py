@@ -5,14 +5,13 @@ clock): a sender that falls behind catches up instead of accumulating every gap'
 error. ``--rate N`` spaces sends at least ``1/N`` s apart on the same absolute clock (each
 due time is the later of the capture schedule and the previous due time plus the interval).
 Within one order key the schedule never goes backwards, even when the capture's clock did,
-so pacing cannot reorder a key.
+so pacing cannot reorder a key. The sender (replay.confirm_window) publishes a message no
+earlier than its due time; its window only bounds how many wait for a confirm.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 UNBOUNDED = math.inf  # --speed max: as fast as the target confirms
@@ -68,20 +67,3 @@ def share_of_rate(rate: float | None, senders: int) -> float | None:
     if rate <= 0:
         raise ValueError("rate must be positive")
     return rate / max(1, senders)
-
-
-def wait_until(
-    due_s: float,
-    stop: Callable[[], bool],
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
-    check_every_s: float = 0.2,
-) -> bool:
-    """Sleep until ``due_s`` (epoch s); False if ``stop()`` turned true meanwhile."""
-    while True:
-        left = due_s - clock()
-        if left <= 0:
-            return True
-        if stop():
-            return False
-        sleep(min(left, check_every_s))

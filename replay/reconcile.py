@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
-from replay.amqp_props import REPLAY_HEADER, without_replay_header
+from replay.amqp_props import REPLAY_HEADER
 from replay.log_reader import queue_names
 from replay.report_html import render_html
 from replay.run import malformed_rows, plan_messages
@@ -62,13 +62,16 @@ def arrivals(spark: SparkSession, store: Path, capture_name: str) -> DataFrame:
             "store_ts_ms",
             sf.explode_outer("queues").alias("queue"),
             sf.col("body").alias("arrived_body"),
-            sf.col("properties_raw").alias("arrived_properties"),
+            sf.col("properties").alias("arrived_properties"),
         )
     )
 
 
-def expected_routes(planned: DataFrame, target_queues: set[str], arrived: DataFrame) -> DataFrame:
-    """(capture_id, queue) for every queue the capture says a message reached."""
+def expected_routes(
+    planned: DataFrame, target_queues: set[str], arrived: DataFrame, unlisted: int
+) -> DataFrame:
+    """(capture_id, queue) for every queue the capture says a message reached; ``unlisted``:
+    how many messages have no ``routed_queues`` (any queue they reached is accepted)."""
     known = sf.array(*[sf.lit(q) for q in sorted(target_queues)]) if target_queues else None
     routed = sf.col("routed_queues")
     if known is not None:  # the tracer's default-exchange echo of a missing queue
@@ -76,14 +79,16 @@ def expected_routes(planned: DataFrame, target_queues: set[str], arrived: DataFr
             sf.col("exchange") == "", sf.filter(routed, lambda q: sf.array_contains(known, q))
         ).otherwise(routed)
     listed = planned.filter(sf.col("routed_queues").isNotNull()).select(
-        "capture_id", sf.explode(routed).alias("queue")
-    )
+        "capture_id", sf.explode(sf.array_distinct(routed)).alias("queue")
+    )  # capture ids are unique: these pairs are distinct without a shuffle
+    if not unlisted:
+        return listed
     unknown = planned.filter(sf.col("routed_queues").isNull()).select("capture_id")
     seen = arrived.select("capture_id", "queue").distinct()
     accepted = unknown.join(seen, "capture_id", "left")
     return listed.unionByName(
         accepted.select("capture_id", sf.coalesce("queue", sf.lit("(anywhere)")).alias("queue"))
-    ).distinct()
+    )
 
 
 def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
@@ -96,8 +101,15 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
     capture = load_capture(spark, options.capture, options.fmt, from_ms, to_ms).cache()
     planned = plan_messages(capture, order_key).cache()
     arrived = arrivals(spark, options.store, options.capture.name).cache()
+    counts = planned.agg(
+        sf.count("*").alias("messages"),
+        sf.countDistinct("order_key").alias("keys"),
+        sf.count_if(sf.col("routed_queues").isNull()).alias("unlisted"),
+    ).first()
+    assert counts is not None
+    malformed = capture.filter(sf.col("error").isNotNull()).count()
     target_queues = {q.name for q in queue_names(options.store).values()}
-    expected = expected_routes(planned, target_queues, arrived)
+    expected = expected_routes(planned, target_queues, arrived, int(counts["unlisted"]))
 
     copies = arrived.groupBy("capture_id", "queue").agg(
         sf.count("*").alias("copies"), sf.min("offset").alias("offset")
@@ -137,22 +149,28 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
     before = earlier.rowsBetween(Window.unboundedPreceding, -1)
     ordered = first_arrivals.withColumn("after_seq", sf.max("key_seq").over(before))
     violations = ordered.filter(sf.col("key_seq") < sf.col("after_seq")).cache()
+    violated = violations.agg(
+        sf.count("*").alias("n"), sf.countDistinct("queue", "order_key").alias("keys")
+    ).first()
+    assert violated is not None
     order = {
         "order_key": order_key,
-        "keys": planned.select("order_key").distinct().count(),
-        "violations": violations.count(),
-        "keys_with_violations": violations.select("queue", "order_key").distinct().count(),
+        "keys": int(counts["keys"]),
+        "violations": int(violated["n"]),
+        "keys_with_violations": int(violated["keys"]),
     }
 
     content = _content_mismatches(planned, arrived)
     results = _results(spark, options.results or options.out)
     latency = _latency(arrived, results)
+    if results is not None:
+        results = results.cache()
     report: dict[str, Any] = {
         "capture": {
             "path": str(options.capture),
             "format": options.fmt,
-            "messages": planned.count(),
-            "malformed": capture.filter(sf.col("error").isNotNull()).count(),
+            "messages": int(counts["messages"]),
+            "malformed": malformed,
         },
         "target": {
             "store": str(options.store),
@@ -166,62 +184,90 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
         "sends": _outcomes(results),
         "rates": rate_series(planned, results, run.get("plan") or {}),
         "discrepancies": {
-            "missing": _first(matched.filter(sf.col("kind") == "missing"), ["capture_id", "queue"]),
+            "missing": _first(
+                matched.filter(sf.col("kind") == "missing"),
+                ["capture_id", "queue"],
+                count=totals["missing"],
+            ),
             "duplicated": _first(
-                matched.filter(sf.col("copies") > 1), ["capture_id", "queue", "copies"]
+                matched.filter(sf.col("copies") > 1),
+                ["capture_id", "queue", "copies"],
+                count=totals["duplicated"],
             ),
             "misrouted": _first(
-                matched.filter(sf.col("kind") == "misrouted"), ["capture_id", "queue", "offset"]
+                matched.filter(sf.col("kind") == "misrouted"),
+                ["capture_id", "queue", "offset"],
+                count=totals["misrouted"],
             ),
             "out_of_order": _first(
                 violations,
                 ["queue", "order_key", "capture_id", "key_seq", "after_seq", "offset"],
                 "offset",
+                int(violated["n"]),
             ),
             **content["first"],
-            "malformed_lines": malformed_rows(capture, FIRST),
+            "malformed_lines": malformed_rows(capture, FIRST) if malformed else [],
         },
     }
     ok = not (totals["missing"] or totals["misrouted"] or order["violations"])
     report["ok"] = ok
     report["seconds"] = round(time.monotonic() - started, 3)
-    for frame in (capture, planned, arrived, matched, violations):
-        frame.unpersist()
+    for frame in (capture, planned, arrived, matched, violations, results):
+        if frame is not None:
+            frame.unpersist()
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (options.out / "report.html").write_text(render_html(report), encoding="utf-8")
     return report
 
 
-def _first(frame: DataFrame, columns: list[str], order: str = "capture_id") -> list[dict[str, Any]]:
+def _first(
+    frame: DataFrame, columns: list[str], order: str = "capture_id", count: int | None = None
+) -> list[dict[str, Any]]:
+    """The first ``FIRST`` rows (no Spark job when ``count`` says there are none)."""
+    if count == 0:
+        return []
     return [r.asDict() for r in frame.select(*columns).orderBy(order).limit(FIRST).collect()]
+
+
+def _without_replay_header(properties: str) -> Any:
+    """The decoded properties struct with the provenance header left out of its headers
+    (built-in functions: a JSON map of variants keeps every value's type); no headers: null."""
+    parsed = sf.from_json(sf.col(properties).getField("headers"), "map<string,variant>")
+    kept = sf.map_filter(parsed, lambda name, _: name != sf.lit(REPLAY_HEADER))
+    return sf.col(properties).withField("headers", sf.when(sf.size(kept) > 0, sf.to_json(kept)))
 
 
 def _content_mismatches(planned: DataFrame, arrived: DataFrame) -> dict[str, Any]:
     """Body and property differences of each message's first arrival (any queue)."""
     once = Window.partitionBy("capture_id").orderBy("offset")
     first = arrived.withColumn("n", sf.row_number().over(once)).filter(sf.col("n") == 1)
-    pairs = first.join(planned.select("capture_id", "body", "properties_raw"), "capture_id")
-
-    def same_properties(captured: bytes | None, stored: bytes | None) -> bool:
-        if captured is None or stored is None:
-            return captured is stored
-        return without_replay_header(bytes(captured)) == without_replay_header(bytes(stored))
-
-    same = sf.udf(same_properties, "boolean", useArrow=True)
+    pairs = first.join(planned.select("capture_id", "body", "properties"), "capture_id")
     checked = pairs.select(
         "capture_id",
         "offset",
-        (sf.col("body") != sf.col("arrived_body")).alias("body_differs"),
-        (~same("properties_raw", "arrived_properties")).alias("properties_differ"),
+        (~sf.col("body").eqNullSafe(sf.col("arrived_body"))).alias("body_differs"),
+        (
+            ~_without_replay_header("properties").eqNullSafe(
+                _without_replay_header("arrived_properties")
+            )
+        ).alias("properties_differ"),
     ).cache()
-    body = checked.filter("body_differs")
-    props = checked.filter("properties_differ")
+    differing = checked.agg(
+        sf.count_if("body_differs").alias("body"), sf.count_if("properties_differ").alias("props")
+    ).first()
+    assert differing is not None
+    body, props = checked.filter("body_differs"), checked.filter("properties_differ")
     result = {
-        "counts": {"body_mismatches": body.count(), "property_mismatches": props.count()},
+        "counts": {
+            "body_mismatches": int(differing["body"]),
+            "property_mismatches": int(differing["props"]),
+        },
         "first": {
-            "body_mismatch": _first(body, ["capture_id", "offset"]),
-            "property_mismatch": _first(props, ["capture_id", "offset"]),
+            "body_mismatch": _first(body, ["capture_id", "offset"], count=int(differing["body"])),
+            "property_mismatch": _first(
+                props, ["capture_id", "offset"], count=int(differing["props"])
+            ),
         },
     }
     checked.unpersist()

@@ -3,8 +3,9 @@
 The driver reads the capture, drops what ``--resume`` finds confirmed already, derives each
 message's order key, its number within the key and its schedule time (the key's running
 maximum capture time, so pacing never reorders a key), and hands every key to exactly one
-Spark task (hash partitioning), sorted by schedule time. Tasks send (replay.sender) and write
-results; the driver shows progress from their progress files and writes ``run.json``.
+Spark task (replay.key_spread: balanced by message count), sorted by schedule time. Tasks
+send (replay.sender) and write results; the driver shows progress from their progress files
+and writes ``run.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
+from replay.key_spread import SEND_COLUMNS, spread_keys
 from replay.pacing import share_of_rate
 from replay.sender import RESULT_SCHEMA, SUMMARY_DDL, SendPlan, send_partition
 from replay.spark import load_capture
@@ -49,6 +51,7 @@ class RunOptions:
     to_ms: int | None = None
     resume: bool = False
     senders: int | None = None  # default: the session's parallelism
+    window: int = 1000  # unconfirmed publishes per sender
 
 
 @dataclass
@@ -90,6 +93,25 @@ def check_target(url: str, timeout_s: float = 5.0) -> None:
         raise TargetUnreachable(f"cannot connect to target {redact(url)}: {reason}") from None
 
 
+def missing_exchanges(url: str, names: list[str]) -> dict[str, str]:
+    """The captured exchanges the target lacks, each with its passive declare's 404: their
+    messages are recorded as errors instead of closing a channel full of confirms in flight."""
+    missing: dict[str, str] = {}
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        for name in sorted(n for n in names if n):  # the default exchange always exists
+            try:
+                channel.exchange_declare(name, passive=True)
+            except pika.exceptions.ChannelClosedByBroker as closed:
+                missing[name] = f"channel closed: {closed.reply_code} {closed.reply_text}"
+                channel = connection.channel()
+    finally:
+        if connection.is_open:
+            connection.close()
+    return missing
+
+
 def order_key_column(spec: str) -> Any:
     """``channel`` (connection + channel, RabbitMQ's ordering unit), ``routing-key`` or
     ``header:NAME``."""
@@ -100,7 +122,7 @@ def order_key_column(spec: str) -> Any:
             sf.coalesce(sf.col("channel").cast("string"), sf.lit("")),
         )
     if spec == "routing-key":
-        return sf.col("routing_key")
+        return sf.coalesce("routing_key", sf.lit(""))
     if spec.startswith("header:") and len(spec) > len("header:"):
         name = spec.split(":", 1)[1].replace("'", "\\'")
         return sf.coalesce(sf.get_json_object("properties.headers", f"$['{name}']"), sf.lit(""))
@@ -153,23 +175,32 @@ def run_replay(
     planned = plan_messages(capture, options.order_key)
     done = confirmed_ids(spark, out) if options.resume else None
     if done is not None:
-        before = planned.count()
         planned = planned.join(done, "capture_id", "left_anti")
-        summary.skipped_confirmed = before - planned.count()
+    planned = planned.cache()
     stats = planned.agg(
         sf.count("*").alias("n"),
         sf.min("sched_ms").alias("t0"),
         sf.countDistinct("order_key").alias("keys"),
+        sf.collect_set("exchange").alias("exchanges"),
     ).first()
     assert stats is not None
     summary.messages = int(stats["n"])
+    if done is not None:
+        good = capture.filter(sf.col("error").isNull()).count()
+        summary.skipped_confirmed = good - summary.messages
+    capture.unpersist()
     if summary.messages == 0:
-        capture.unpersist()
+        planned.unpersist()
         _write_run(out, options, summary, None)
         return summary
     senders = max(
         1, min(int(stats["keys"]), options.senders or spark.sparkContext.defaultParallelism)
     )
+    missing = missing_exchanges(options.target, stats["exchanges"])
+    ordered = spread_keys(spark, planned.select(*SEND_COLUMNS), senders, int(stats["keys"]))
+    # Shuffled and sorted before the clock starts: senders begin on time, not after a stage.
+    ordered = ordered.localCheckpoint(eager=True)
+    planned.unpersist()
     plan = SendPlan(
         target=options.target,
         out_dir=str(out.resolve()),
@@ -179,25 +210,8 @@ def run_replay(
         t0_ms=int(stats["t0"]),
         speed=options.speed,
         rate_per_sender=share_of_rate(options.rate, senders),
-    )
-    columns = [
-        "capture_id",
-        "seq",
-        "ts_ms",
-        "sched_ms",
-        "order_key",
-        "key_seq",
-        "connection",
-        "channel",
-        "exchange",
-        "routing_key",
-        "properties_raw",
-        "body",
-    ]
-    ordered = (
-        planned.select(*columns)
-        .repartition(senders, "order_key")
-        .sortWithinPartitions("sched_ms", "seq")
+        window=options.window,
+        missing_exchanges=tuple(sorted(missing.items())),
     )
     job = ordered.mapInArrow(lambda batches: send_partition(plan, batches), SUMMARY_DDL)
     started = time.monotonic()
@@ -219,7 +233,7 @@ def run_replay(
             (out / "STOP").write_text("stop requested\n")
         if progress is not None:
             progress(read_progress(out, summary.messages))
-    capture.unpersist()
+    ordered.unpersist()
     if failure:
         raise failure[0]
     for row in results:

@@ -1,12 +1,14 @@
 """One replay sender, run inside a Spark task: its messages, in order, through one connection.
 
 The task's rows arrive sorted by (schedule time, capture order); every order key lives in
-exactly one task, so each key's messages go out in capture order over one channel. Each
-publish is mandatory and confirmed (pika's BlockingConnection): a nack or a return is a
-result, not a failure. Results go to ``results.parquet/`` in small whole files (written to a
-temporary name, then renamed), so a stopped or killed run keeps everything flushed before;
-a per-task progress file feeds the driver's progress bar. A ``STOP`` file in the output
-directory (the driver's Ctrl-C) ends the task at the next message.
+exactly one task, so each key's messages go out in capture order over one channel, each no
+earlier than its due time. Each publish is mandatory and confirmed, with up to
+``SendPlan.window`` confirms outstanding (replay.confirm_window): a nack, a return or an error
+is that message's result, not a failure. Results go to ``results.parquet/`` in small whole
+files (written to a temporary name, then renamed), so a stopped or killed run keeps everything
+flushed before; a per-task progress file feeds the driver's progress bar. A ``STOP`` file in
+the output directory (the driver's Ctrl-C) ends the task at the next message, after the
+confirms in flight.
 """
 
 from __future__ import annotations
@@ -19,13 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pika
-import pika.exceptions
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from replay.amqp_props import RawProperties, stamp
-from replay.pacing import Schedule, wait_until
+from replay.amqp_props import stamp
+from replay.confirm_window import Outgoing, WindowedSender
+from replay.pacing import Schedule
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -62,6 +63,9 @@ class SendPlan:
     t0_ms: int
     speed: float
     rate_per_sender: float | None
+    window: int = 1000  # unconfirmed publishes per sender
+    # Exchanges the target lacks, with the 404 a publish to them gets: recorded, not sent.
+    missing_exchanges: tuple[tuple[str, str], ...] = ()
 
 
 class ResultFiles:
@@ -111,89 +115,80 @@ class ResultFiles:
         temporary.replace(self.progress)
 
 
-class Publisher:
-    """A confirming, mandatory publisher that reconnects once after a lost connection."""
+class RowFeed:
+    """The task's rows, in order, as the windowed sender's feed; outcomes into ``files``."""
 
-    def __init__(self, url: str) -> None:
-        self.parameters = pika.URLParameters(url)
-        self.connection: pika.BlockingConnection | None = None
-        self.channel: Any = None
-        self._open()
+    def __init__(
+        self, plan: SendPlan, batches: Iterator[pa.RecordBatch], files: ResultFiles, stop: Path
+    ) -> None:
+        self.plan = plan
+        self.files = files
+        self.stop_file = stop
+        self.schedule = Schedule(plan.start_s, plan.t0_ms, plan.speed, plan.rate_per_sender)
+        self.missing = dict(plan.missing_exchanges)
+        self.rows = (row for batch in batches for row in batch.to_pylist())
+        self.head: dict[str, Any] | None = None
+        self.head_due = 0.0
+        self._advance()
 
-    def _open(self) -> None:
-        if self.connection is None or not self.connection.is_open:
-            self.connection = pika.BlockingConnection(self.parameters)
-        self.channel = self.connection.channel()
-        self.channel.confirm_delivery()
+    def _advance(self) -> None:
+        self.head = next(self.rows, None)
+        if self.head is not None:
+            self.head_due = self.schedule.due(self.head["sched_ms"])
 
-    def publish(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> str:
-        """The outcome ("confirmed", "nacked", "returned") or raises ``PublishError``."""
-        for attempt in (1, 2):
-            try:
-                self.channel.basic_publish(
-                    exchange, routing_key, body, RawProperties(properties), mandatory=True
-                )
-                return "confirmed"
-            except pika.exceptions.UnroutableError:
-                return "returned"
-            except pika.exceptions.NackError:
-                return "nacked"
-            except pika.exceptions.ChannelClosedByBroker as closed:
-                # e.g. 404 for an exchange the target lacks: this message's result; go on.
-                self._open()
-                raise PublishError(
-                    f"channel closed: {closed.reply_code} {closed.reply_text}"
-                ) from None
-            except pika.exceptions.AMQPConnectionError as lost:
-                if attempt == 2:
-                    raise PublishError(f"connection lost: {lost!r}", fatal=True) from lost
-                self.connection = None
-                self._open()
-        raise AssertionError("unreachable")
+    def next_due(self) -> float | None:
+        return None if self.head is None else self.head_due
 
-    def close(self) -> None:
-        if self.connection is not None and self.connection.is_open:
-            self.connection.close()
+    def stop_requested(self) -> bool:
+        return self.stop_file.exists()
 
+    def take(self) -> Outgoing | None:
+        row, due = self.head, self.head_due
+        assert row is not None
+        self._advance()
+        sent = time.time()
+        result = _result(self.plan, row, due, sent)
+        missing = self.missing.get(row["exchange"])
+        if missing is not None:  # what publishing to it would do: close the channel, 404
+            self.record(result, "error", missing)
+            return None
+        raw = stamp(row["properties_raw"], provenance(self.plan, row))
+        return Outgoing(
+            row["exchange"], row["routing_key"], raw, row["body"], row["capture_id"], result
+        )
 
-class PublishError(Exception):
-    def __init__(self, reason: str, fatal: bool = False) -> None:
-        super().__init__(reason)
-        self.fatal = fatal
+    def record(self, result: dict[str, Any], outcome: str, reason: str | None) -> None:
+        result["done_ms"] = time.time() * 1000
+        result["outcome"] = outcome
+        result["reason"] = reason
+        self.files.add(result)
 
 
 def send_partition(plan: SendPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: send the task's rows; yields one summary row."""
     out = Path(plan.out_dir)
-    stop_file = out / "STOP"
     task = uuid.uuid4().hex[:12]
     files = ResultFiles(out, task)
-    schedule = Schedule(plan.start_s, plan.t0_ms, plan.speed, plan.rate_per_sender)
-    stopped = False
-    failure = None
-    publisher: Publisher | None = None
+    feed = RowFeed(plan, batches, files, out / "STOP")
+    sender = WindowedSender(plan.target, feed, feed.record, plan.window)
+    failures: list[str] = []
     try:
-        for batch in batches:
-            for row in batch.to_pylist():
-                due = schedule.due(row["sched_ms"])
-                if not wait_until(due, stop_file.exists) or stop_file.exists():
-                    stopped = True
-                    break
-                try:
-                    publisher = publisher or Publisher(plan.target)
-                    files.add(_send_one(publisher, plan, row, due))
-                except (PublishError, pika.exceptions.AMQPError) as error:
-                    # Not raised to Spark: a retried task would send its messages again.
-                    failure = f"{error}"
-                    stopped = True
-                    break
-            if stopped:
-                break
+        if feed.next_due() is not None:
+            # Nothing is raised to Spark: a retried task would send its messages again.
+            try:
+                sender.run()
+            except Exception as error:  # a bug, not the target: what was in flight is unknown
+                sender.abandon(f"sender failed: {error!r}")
+                failures.append(f"sender failed: {error!r}")
+            if sender.failure:
+                failures.append(sender.failure)
+            if sender.unmatched_returns:
+                failures.append(f"{sender.unmatched_returns} returns matched no message")
     finally:
         files.flush()
         files.write_progress(True)
-        if publisher is not None:
-            publisher.close()
+    failure = "; ".join(failures) or None
+    stopped = sender.stopped or sender.failure is not None
     summary = {"task": task, **files.counts, "stopped": stopped, "failure": failure}
     yield pa.RecordBatch.from_pylist([summary])
 
@@ -209,19 +204,8 @@ def provenance(plan: SendPlan, row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _send_one(
-    publisher: Publisher, plan: SendPlan, row: dict[str, Any], due: float
-) -> dict[str, Any]:
-    raw = stamp(row["properties_raw"], provenance(plan, row))
-    sent = time.time()
-    try:
-        outcome = publisher.publish(row["exchange"], row["routing_key"], raw, row["body"])
-        reason = None
-    except PublishError as error:
-        if error.fatal:
-            raise
-        outcome, reason = "error", str(error)
-    done = time.time()
+def _result(plan: SendPlan, row: dict[str, Any], due: float, sent: float) -> dict[str, Any]:
+    """A result row; ``done_ms``, ``outcome`` and ``reason`` are filled in when it settles."""
     return {
         "capture_id": row["capture_id"],
         "seq": row["seq"],
@@ -230,9 +214,9 @@ def _send_one(
         "ts_ms": row["ts_ms"],
         "due_ms": due * 1000,
         "sent_ms": sent * 1000,
-        "done_ms": done * 1000,
+        "done_ms": None,
         "lag_ms": max(0.0, (sent - due) * 1000),
-        "outcome": outcome,
-        "reason": reason,
+        "outcome": None,
+        "reason": None,
         "run_id": plan.run_id,
     }

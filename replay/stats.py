@@ -16,6 +16,14 @@ MAX_RATE_POINTS = 500
 def distribution(frame: DataFrame, column: str) -> dict[str, Any] | None:
     """count, mean, min, p50/p90/p99, max and a histogram of ``column``."""
     col = sf.col(column)
+    frame = frame.select(column).cache()  # two passes (quantiles, then the histogram): one input
+    try:
+        return _distribution(frame, col)
+    finally:
+        frame.unpersist()
+
+
+def _distribution(frame: DataFrame, col: Any) -> dict[str, Any] | None:
     stats = frame.agg(
         sf.count(col).alias("count"),
         sf.mean(col).alias("mean"),

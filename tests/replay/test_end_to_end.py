@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from bench.servers import GatewayServer, RabbitMQProcess, check_for, free_port
 from mqgw_cli.admin_client import admin_call
 from mqgw_cli.main import main
-from replay.amqp_props import RawProperties, stamp
+from replay.amqp_props import RawProperties, decode, encode, stamp
 from replay.capture import CaptureOptions, capture
 from replay.run import plan_messages
 from replay.sender import SendPlan, provenance
@@ -209,13 +209,26 @@ def test_a_lossy_target_is_reported(
     a, b = order.index(swap_a), order.index(swap_b)
     order[a], order[b] = order[b], order[a]
     order.insert(order.index(duplicated) + 5, duplicated)
+    # Another publisher's messages: one body altered, one header value (and its type) changed.
+    other = [r for r in rows if r["order_key"] != publisher[0]["order_key"]]
+    altered_body, altered_header = other[3], other[4]
     plan = SendPlan(gateway.url, str(tmp_path), "t", trace.name, 0.0, 0, 1.0, None)
     connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
     channel = connection.channel()
     channel.confirm_delivery()
     for row in order:
-        raw = stamp(row["properties_raw"], provenance(plan, row))
-        channel.basic_publish(row["exchange"], row["routing_key"], row["body"], RawProperties(raw))
+        body, properties = row["body"], row["properties_raw"]
+        if row is altered_body:
+            body = body + b"!"
+        if row is altered_header:
+            headers = decode(properties).headers
+            properties = encode(
+                pika.BasicProperties(
+                    headers={**headers, "seq": str(headers["seq"])}, delivery_mode=2
+                )
+            )
+        raw = stamp(properties, provenance(plan, row))
+        channel.basic_publish(row["exchange"], row["routing_key"], body, RawProperties(raw))
     connection.close()
     out = tmp_path / "reconcile"
     try:
@@ -244,6 +257,9 @@ def test_a_lossy_target_is_reported(
     assert {m["capture_id"] for m in found["out_of_order"]} == {swap_a["capture_id"]}
     assert report["totals"]["order_violations"] == 1
     assert report["totals"]["misrouted"] == 0
+    assert [m["capture_id"] for m in found["body_mismatch"]] == [altered_body["capture_id"]]
+    assert [m["capture_id"] for m in found["property_mismatch"]] == [altered_header["capture_id"]]
+    assert report["totals"]["body_mismatches"] == report["totals"]["property_mismatches"] == 1
     assert report["ok"] is False
 
 

@@ -17,7 +17,6 @@ from replay.pacing import (
     monotone_times,
     parse_speed,
     share_of_rate,
-    wait_until,
 )
 from replay.trace_format import LineRange, parse_line, read_range, split_ranges
 
@@ -73,19 +72,6 @@ def test_speed_parsing_and_rate_shares() -> None:
     assert share_of_rate(1000, 4) == 250
     assert share_of_rate(None, 4) is None
     assert monotone_times([5, 3, 7, 6]) == [5, 5, 7, 7]
-
-
-def test_wait_until_sleeps_to_the_due_time_or_stops() -> None:
-    now = [100.0]
-    slept: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        now[0] += seconds
-
-    assert wait_until(100.5, lambda: False, lambda: now[0], sleep, check_every_s=0.2)
-    assert now[0] == pytest.approx(100.5) and len(slept) == 3
-    assert not wait_until(200.0, lambda: True, lambda: now[0], sleep)
 
 
 # -- the tracing plugin's log ------------------------------------------------------------------
