@@ -4,7 +4,8 @@
     mqgw replay run --capture PATH --format rabbitmq-trace|firehose|mqgw-log
         --target amqp://u:p@host:port/vhost [--speed X | --rate N] [--order-key K]
         [--from T --to T] [--master URL] [--resume] --out DIR
-    mqgw replay reconcile --capture PATH --format F --store TARGET_DATA_DIR --out DIR
+    mqgw replay reconcile --capture PATH --format F (--store TARGET_DATA_DIR | --cluster D)
+        --out DIR
 
 Exit codes: run 0 when every message was sent (nacks and returns are results, listed in
 results.parquet), 1 when the run stopped early (Ctrl-C, lost target), 2 on bad input or an
@@ -164,9 +165,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def reconcile(args: argparse.Namespace) -> int:
-    if args.store is None:
-        _err("mqgw replay reconcile: --cluster is not supported yet; give --store DATA_DIR")
+    from replay.log_reader import is_cluster_dir
+
+    target = Path(args.store or args.cluster)
+    if args.cluster is not None and not is_cluster_dir(target):
+        _err(f"mqgw replay reconcile: {target}: no cluster.json (not a `mqgw cluster up` dir)")
         return 2
+    if args.store is not None and is_cluster_dir(target):
+        _err(f"mqgw replay reconcile: {target} is a cluster dir: give it as --cluster")
+        return 2
+    from bench.cluster.layout import ClusterError
+    from meta.errors import MetadataUnavailable
     from replay.reconcile import ReconcileOptions
     from replay.reconcile import reconcile as run_reconcile
     from replay.spark import build_session
@@ -174,7 +183,7 @@ def reconcile(args: argparse.Namespace) -> int:
     options = ReconcileOptions(
         capture=Path(args.capture),
         fmt=args.format,
-        store=Path(args.store),
+        store=target,
         out=Path(args.out),
         results=Path(args.results) if args.results else None,
         order_key=args.order_key,
@@ -183,7 +192,7 @@ def reconcile(args: argparse.Namespace) -> int:
     )
     try:
         report = run_reconcile(build_session(args.master), options)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, MetadataUnavailable, ClusterError) as error:
         _err(f"mqgw replay reconcile: {error}")
         return 2
     totals = report["totals"]
@@ -240,7 +249,7 @@ def add_replay_commands(commands: Any) -> None:
     sub.add_argument("--format", required=True, choices=formats)
     where = sub.add_mutually_exclusive_group(required=True)
     where.add_argument("--store", help="the target gateway's data dir")
-    where.add_argument("--cluster", help="(not supported yet)")
+    where.add_argument("--cluster", help="a `mqgw cluster up --dir` dir: every broker group's log")
     sub.add_argument("--results", default=None, help="the run's --out (default: --out)")
     sub.add_argument("--order-key", default=None, help="default: the run's")
     _add_common(sub)

@@ -9,18 +9,26 @@ the segments' lengths as they were when ``open_commit_log`` looked.
 
 Records the garbage collector copied forward (COPY_MAGIC) are relocations of messages read
 earlier, not new publishes: skipped. So are the delay/redelivery timer's internal records.
+
+A target is one log (an embedded node's data dir) or a `mqgw cluster` dir: one log per broker
+group, read from one member (the master where cluster.json names one: a slave holds the same
+bytes up to its end). Queue ids name queues through a mapping the caller may give: the
+embedded node's meta/metadata.json, or a cluster's metadata on Redis (ids are cluster-wide).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cluster.layout import load
 from gateway.log_timer import TIMER_QUEUE_ID
+from meta.redis_store import RedisMetadataStore
 from storage.check import find_store_dir, record_limit
 from storage.commit_log import CommitLog
 from storage.file_system import FileSystem
@@ -55,6 +63,73 @@ class LogRecord:
 class QueueName:
     vhost: str
     name: str
+
+
+QueueNames = Mapping[int, QueueName]
+CLUSTER_FILE = "cluster.json"  # bench/cluster/layout.py's STATE_FILE: what marks a cluster dir
+_REDIS_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class LogStore:
+    """One commitlog: an embedded node's data dir (``group`` None) or a broker group's."""
+
+    path: Path
+    group: str | None = None
+
+
+def is_cluster_dir(path: Path) -> bool:
+    return (path / CLUSTER_FILE).is_file()
+
+
+def log_stores(path: Path) -> list[LogStore]:
+    """The logs of a target: ``path`` itself, or one member of each broker group of a cluster
+    dir (its master if cluster.json names one that has a store, else any member that has)."""
+    if not is_cluster_dir(path):
+        return [LogStore(path)]
+    members: dict[str, list[tuple[bool, Path]]] = {}
+    for broker in load(path).brokers:
+        data_dir = Path(broker.data_dir)
+        if (data_dir / "store" / "layout.json").is_file():
+            members.setdefault(broker.group, []).append((broker.role != "master", data_dir))
+    if not members:
+        raise FileNotFoundError(f"{path}: no broker of this cluster has a store yet")
+    return [LogStore(min(found)[1], group) for group, found in sorted(members.items())]
+
+
+def target_queue_names(path: Path) -> dict[int, QueueName]:
+    """Queue id -> name for a target: a cluster's from Redis, an embedded node's from its file."""
+    if not is_cluster_dir(path):
+        return queue_names(path)
+    return redis_queue_names(load(path).meta_url)
+
+
+def redis_queue_names(meta_url: str) -> dict[int, QueueName]:
+    """Queue id -> (vhost, name) of every queue in the metadata on Redis (read only)."""
+
+    async def read() -> dict[int, QueueName]:
+        store = RedisMetadataStore(
+            meta_url, default_user=False, unavailable_timeout_s=_REDIS_TIMEOUT_S
+        )
+        try:
+            names: dict[int, QueueName] = {}
+            for vhost in await store.list_vhosts():
+                for queue in await store.list_queues(vhost.name):
+                    names[queue.queue_id] = QueueName(vhost.name, queue.name)
+            return names
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def names_to_json(names: QueueNames) -> str:
+    """The mapping as a data source option (``names``): {"id": [vhost, name]}."""
+    return json.dumps({str(k): [v.vhost, v.name] for k, v in names.items()})
+
+
+def names_from_json(text: str) -> dict[int, QueueName]:
+    return {int(k): QueueName(str(v[0]), str(v[1])) for k, v in json.loads(text).items()}
 
 
 def open_commit_log(data_dir: Path) -> CommitLog:

@@ -6,6 +6,11 @@ already counted, so they are left out. Expected queues are the capture's ``route
 (for a default-exchange publish RabbitMQ's tracer lists the routing key even when no such
 queue exists: a name the target lacks there counts as unroutable). Where the capture names
 no queues, any queue is accepted and the message is missing only if it arrived nowhere.
+
+The target is an embedded node's data dir or a `mqgw cluster` dir (every broker group's log;
+queue names from its metadata on Redis). A cluster's groups number their offsets apart, so
+order is checked within each group's log: a queue partition lives on one group, and a queue's
+partitions on different groups have no order between them (as on RabbitMQ, per queue only).
 """
 
 from __future__ import annotations
@@ -20,20 +25,23 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
 from replay.amqp_props import REPLAY_HEADER
-from replay.log_reader import queue_names
+from replay.log_reader import QueueNames, log_stores, names_to_json, target_queue_names
 from replay.report_html import render_html
 from replay.run import malformed_rows, plan_messages
 from replay.spark import load_capture
 from replay.stats import distribution, rate_series
 
 FIRST = 20  # discrepancies of each kind listed in the report
+ORDER_COLUMNS = (  # an order violation as listed in the report
+    ["queue", "order_key", "capture_id", "key_seq", "after_seq", "broker_group", "offset"]
+)
 
 
 @dataclass
 class ReconcileOptions:
     capture: Path
     fmt: str
-    store: Path
+    store: Path  # the target gateway's data dir, or a `mqgw cluster` dir (holding cluster.json)
     out: Path
     results: Path | None = None  # the run's output dir (default: ``out``)
     order_key: str | None = None  # default: the run's, else "channel"
@@ -46,10 +54,15 @@ def _run_document(options: ReconcileOptions) -> dict[str, Any]:
     return dict(json.loads(path.read_text())) if path.is_file() else {}
 
 
-def arrivals(spark: SparkSession, store: Path, capture_name: str) -> DataFrame:
+def arrivals(
+    spark: SparkSession, store: Path, capture_name: str, names: QueueNames | None = None
+) -> DataFrame:
     """The target's records of this capture: one row per (record, queue)."""
     header = f"$['{REPLAY_HEADER}']"
-    log = spark.read.format("mqgw-log").load(str(store))
+    reader = spark.read.format("mqgw-log")
+    if names is not None:  # looked up once by the caller (a cluster's: on Redis)
+        reader = reader.option("names", names_to_json(names))
+    log = reader.load(str(store))
     return (
         log.filter(~sf.col("redelivered"))
         .withColumn("headers", sf.col("properties.headers"))
@@ -59,6 +72,7 @@ def arrivals(spark: SparkSession, store: Path, capture_name: str) -> DataFrame:
         .select(
             sf.get_json_object("headers", header + ".id").alias("capture_id"),
             "offset",
+            "broker_group",
             "store_ts_ms",
             sf.explode_outer("queues").alias("queue"),
             sf.col("body").alias("arrived_body"),
@@ -100,7 +114,9 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
     to_ms = options.to_ms if options.to_ms is not None else run_options.get("to_ms")
     capture = load_capture(spark, options.capture, options.fmt, from_ms, to_ms).cache()
     planned = plan_messages(capture, order_key).cache()
-    arrived = arrivals(spark, options.store, options.capture.name).cache()
+    names = target_queue_names(options.store)
+    groups = [s.group for s in log_stores(options.store) if s.group]
+    arrived = arrivals(spark, options.store, options.capture.name, names).cache()
     counts = planned.agg(
         sf.count("*").alias("messages"),
         sf.countDistinct("order_key").alias("keys"),
@@ -108,11 +124,13 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
     ).first()
     assert counts is not None
     malformed = capture.filter(sf.col("error").isNotNull()).count()
-    target_queues = {q.name for q in queue_names(options.store).values()}
+    target_queues = {q.name for q in names.values()}
     expected = expected_routes(planned, target_queues, arrived, int(counts["unlisted"]))
 
     copies = arrived.groupBy("capture_id", "queue").agg(
-        sf.count("*").alias("copies"), sf.min("offset").alias("offset")
+        sf.count("*").alias("copies"),
+        sf.min_by("broker_group", "offset").alias("broker_group"),
+        sf.min("offset").alias("offset"),
     )
     matched = expected.withColumn("expected", sf.lit(True)).join(
         copies, ["capture_id", "queue"], "full_outer"
@@ -145,7 +163,7 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
     first_arrivals = matched.filter(sf.col("kind") == "arrived").join(
         planned.select("capture_id", "order_key", "key_seq"), "capture_id"
     )
-    earlier = Window.partitionBy("queue", "order_key").orderBy("offset")
+    earlier = Window.partitionBy("queue", "order_key", "broker_group").orderBy("offset")
     before = earlier.rowsBetween(Window.unboundedPreceding, -1)
     ordered = first_arrivals.withColumn("after_seq", sf.max("key_seq").over(before))
     violations = ordered.filter(sf.col("key_seq") < sf.col("after_seq")).cache()
@@ -174,7 +192,8 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
         },
         "target": {
             "store": str(options.store),
-            "replayed_records": arrived.select("offset").distinct().count(),
+            "broker_groups": groups,
+            "replayed_records": arrived.select("broker_group", "offset").distinct().count(),
         },
         "totals": {**totals, "order_violations": order["violations"], **content["counts"]},
         "queues": dict(sorted(queues.items())),
@@ -196,12 +215,12 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
             ),
             "misrouted": _first(
                 matched.filter(sf.col("kind") == "misrouted"),
-                ["capture_id", "queue", "offset"],
+                ["capture_id", "queue", "broker_group", "offset"],
                 count=totals["misrouted"],
             ),
             "out_of_order": _first(
                 violations,
-                ["queue", "order_key", "capture_id", "key_seq", "after_seq", "offset"],
+                ORDER_COLUMNS,
                 "offset",
                 int(violated["n"]),
             ),

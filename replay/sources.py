@@ -2,11 +2,13 @@
 
     spark.read.format("rabbitmq-trace").load("/var/tmp/rabbitmq-tracing/t1.log")
     spark.read.format("firehose").load("capture-dir")      # from `mqgw replay capture`
-    spark.read.format("mqgw-log").load("/var/lib/mqgw")    # options: from, to, queue
+    spark.read.format("mqgw-log").load("/var/lib/mqgw")    # options: from, to, queue, names
+    spark.read.format("mqgw-log").load("/tmp/mq")          # a `mqgw cluster` dir: every group
 
 All three yield the capture columns (replay.schema); ``mqgw-log`` adds the log's own
-(offset, store and born time, queues, destinations, flags). Partitions: a range of lines of
-a trace file, a Parquet file of a capture, a commitlog segment.
+(offset, store and born time, queues, destinations, flags, broker group). Partitions: a range
+of lines of a trace file, a Parquet file of a capture, a commitlog segment (of each group's
+log, for a cluster: offsets are per group, so a record is (broker_group, offset) there).
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ from replay.amqp_props import as_row, decode
 from replay.log_reader import (
     REDELIVERED_FLAG,
     LogRecord,
+    LogStore,
     QueueName,
+    QueueNames,
+    log_stores,
+    names_from_json,
     open_commit_log,
-    queue_names,
     read_segment,
     segment_starts,
+    target_queue_names,
 )
 from replay.schema import CAPTURE_ARROW, CAPTURE_COLUMNS, CAPTURE_DDL, empty_row, to_batch
 from replay.trace_format import LineRange, read_range, split_ranges, trace_files
@@ -134,6 +140,7 @@ LOG_EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
     ("destinations", "array<struct<queue_id: long, partition: int>>"),
     ("flags", "int"),
     ("redelivered", "boolean"),
+    ("broker_group", "string"),
 )
 LOG_DDL = CAPTURE_DDL + ", " + ", ".join(f"{n} {t}" for n, t in LOG_EXTRA_COLUMNS)
 _DESTINATION = pa.struct([pa.field("queue_id", pa.int64()), pa.field("partition", pa.int32())])
@@ -148,6 +155,7 @@ LOG_ARROW = pa.schema(
         pa.field("destinations", pa.list_(_DESTINATION)),
         pa.field("flags", pa.int32()),
         pa.field("redelivered", pa.bool_()),
+        pa.field("broker_group", pa.string()),
     ]
 )
 
@@ -174,8 +182,11 @@ class MqgwLogSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         queues = self.options.get("queue")
+        path = _path_option(self.options, "mqgw-log")
+        names = self.options.get("names")  # given by the caller, or looked up here
         return MqgwLogReader(
-            _path_option(self.options, "mqgw-log"),
+            log_stores(path),
+            names_from_json(names) if names else target_queue_names(path),
             parse_time_option(self.options.get("from")),
             parse_time_option(self.options.get("to")),
             frozenset(q for q in (queues or "").split(",") if q),
@@ -184,39 +195,49 @@ class MqgwLogSource(DataSource):
 
 class MqgwLogReader(DataSourceReader):
     def __init__(
-        self, path: Path, from_ms: int | None, to_ms: int | None, queues: frozenset[str]
+        self,
+        stores: list[LogStore],
+        names: QueueNames,
+        from_ms: int | None,
+        to_ms: int | None,
+        queues: frozenset[str],
     ) -> None:
-        self.path = path
+        self.stores = stores
+        self.names = dict(names)
         self.from_ms = from_ms
         self.to_ms = to_ms
         self.queues = queues
 
     def partitions(self) -> Sequence[InputPartition]:
-        commit_log = open_commit_log(self.path)
-        try:
-            starts = segment_starts(commit_log, self.from_ms)
-        finally:
-            commit_log.close()
-        return [_Part(s) for s in starts] or [_Part(None)]
+        parts: list[InputPartition] = []
+        for index, store in enumerate(self.stores):
+            commit_log = open_commit_log(store.path)
+            try:
+                parts += [_Part((index, s)) for s in segment_starts(commit_log, self.from_ms)]
+            finally:
+                commit_log.close()
+        return parts or [_Part(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if partition.value is None:
             return
-        names = queue_names(self.path)
-        commit_log = open_commit_log(self.path)
+        index, segment_start = partition.value
+        store = self.stores[index]
+        commit_log = open_commit_log(store.path)
         try:
-            for records in read_segment(commit_log, partition.value):
-                rows = [r for r in (self._row(rec, names) for rec in records) if r is not None]
+            for records in read_segment(commit_log, segment_start):
+                rows = [r for r in (self._row(rec, store) for rec in records) if r is not None]
                 if rows:
                     yield to_batch(rows, LOG_ARROW)
         finally:
             commit_log.close()
 
-    def _row(self, record: LogRecord, names: dict[int, QueueName]) -> dict[str, Any] | None:
+    def _row(self, record: LogRecord, store: LogStore) -> dict[str, Any] | None:
         if self.from_ms is not None and record.store_ts_ms < self.from_ms:
             return None
         if self.to_ms is not None and record.store_ts_ms >= self.to_ms:
             return None
+        names = self.names
         queues = [
             names[q] if q in names else QueueName("", f"#{q}") for q, _ in record.destinations
         ]
@@ -230,7 +251,8 @@ class MqgwLogReader(DataSourceReader):
             row["error"] = f"undecodable properties: {error}"
         ts = record.born_ts_ms or record.store_ts_ms
         row.update(
-            capture_id=str(record.offset),
+            # a cluster's groups each count offsets from 0: the group makes the id unique
+            capture_id=f"{store.group}:{record.offset}" if store.group else str(record.offset),
             seq=record.offset,
             ts_ms=ts,
             vhost=next((q.vhost for q in queues if q.vhost), None),
@@ -242,7 +264,7 @@ class MqgwLogReader(DataSourceReader):
             properties_raw=record.properties,
             body=record.body,
             line=None,
-            source_file=str(self.path),
+            source_file=str(store.path),
             offset=record.offset,
             store_ts_ms=record.store_ts_ms,
             born_ts_ms=record.born_ts_ms,
@@ -251,5 +273,6 @@ class MqgwLogReader(DataSourceReader):
             destinations=[{"queue_id": q, "partition": p} for q, p in record.destinations],
             flags=record.flags,
             redelivered=bool(record.flags & REDELIVERED_FLAG),
+            broker_group=store.group,
         )
         return row
