@@ -68,6 +68,33 @@ class PushScheduler:
         queue.exhausted = False
         self.wake(queue)
 
+    def serve_fed(self, queue: QueueRuntime) -> None:
+        """A queue just fed from the publisher's batch (``queue.fed``, see VirtualHost._absorb)
+        delivers now, in the publisher's task, what its consumers can take: the turn a wake
+        would give it, whose store read the feed makes unnecessary. A queue already in the
+        ready set, or one with timers to look after (TTL, x-expires), takes that turn."""
+        b = queue.behaviour
+        if (
+            queue.scheduled
+            or not queue.fed
+            or b.message_ttl_ms is not None
+            or queue.expirations_seen
+            or b.expires_ms is not None
+        ):
+            self.wake(queue)
+            return
+        try:
+            result = queue.pump(self.quota, self.clock())
+        except Exception:  # as in a turn: logged, and the publisher goes on
+            log.exception("push to queue %r failed", queue.name)
+            return
+        if result is not PumpResult.QUOTA_USED or queue.ready_count <= FLOW_LOW:
+            queue.release_publishers()
+        if result is PumpResult.QUOTA_USED:
+            self.wake(queue)
+        elif result is PumpResult.RATE_LIMITED:
+            self._park(queue, queue.rate_wake_at)
+
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             for _ in range(self.tasks):

@@ -120,6 +120,7 @@ class QueueRuntime:
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]
         self.returns: dict[tuple[int, int], int] = {}  # (partition, offset) -> times requeued
         self.exhausted = False  # last fetch found nothing new
+        self.fed = False  # just took the batch in hand up to the store's end (absorb)
         self.scheduled = False  # in the push scheduler's ready set or being served
         self.rewake = False
         self.deleted = False
@@ -394,6 +395,10 @@ class QueueRuntime:
         """Fetch from the store when the buffer runs low (batched; merged by commit offset)."""
         if len(self.buffer) >= LOW_WATER:
             return
+        if self.fed:  # once: what absorb took reached the store's end, so a read finds nothing
+            self.fed = False
+            if self.exhausted:
+                return
         fetched: list[list[tuple[int, StoredMessage]]] = []
         more = False
         # Not caught up while a read is in flight: a remote read yields, and an append
@@ -422,7 +427,7 @@ class QueueRuntime:
         worth holding now: the queue has consumers and has read all partitions to the end."""
         if not self.exhausted or not self.consumers or self.deleted or self.paused:
             return False
-        if not self.holds_all_leases():
+        if self.leases is not None and not all(self.leases):
             return False  # cluster: another gateway delivers it, or take_over is under way
         if self.definition.arguments.get("x-consume-mode") == "broadcast":
             return False  # its consumers read through their own positions
@@ -486,8 +491,12 @@ class QueueRuntime:
             return False
         self.buffer.extend(messages)
         cursors = self.cursors
-        for partition, _ in messages:
-            cursors[partition] += 1
+        if len(cursors) == 1:
+            cursors[0] += len(messages)
+        else:
+            for partition, _ in messages:
+                cursors[partition] += 1
+        self.fed = True
         return True
 
     def _lost_to_retention(self, count: int) -> None:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgw.vhost")
 
+# tuple.__new__ skips a NamedTuple's Python-level __new__ (a frame per message saved).
+_make_tuple = tuple.__new__
+
 T = TypeVar("T")
 
 
@@ -155,7 +158,7 @@ class VirtualHost:
             if queue.behaviour.has_limits and queue.over_limit():
                 await queue.enforce_limits()
             if queue in absorbed:
-                self.scheduler.wake(queue)
+                self.scheduler.serve_fed(queue)
             else:
                 self.scheduler.wake_new_messages(queue)
 
@@ -167,26 +170,28 @@ class VirtualHost:
             return set()
         by_id = self.queues_by_id
         next_offset = dict(starts)
-        taken: dict[QueueRuntime, list[tuple[int, StoredMessage]]] = {}
-        refused: set[QueueRuntime] = set()
+        taken: dict[int, list[tuple[int, StoredMessage]]] = {}  # queue id -> its messages
+        refused: set[int] = set()
         store_ts = result.store_ts_ms
+        make = _make_tuple
         for record, commit_offset in zip(records, result.record_offsets, strict=True):
-            for destination in record.destinations:
+            exchange, key, properties, body, destinations, born, flags = record
+            for destination in destinations:
                 offset = next_offset.get(destination)
                 if offset is None:
                     continue
                 next_offset[destination] = offset + 1
-                queue = by_id.get(destination[0])
-                if queue is None or queue in refused:
-                    continue
-                messages = taken.get(queue)
+                queue_id = destination[0]
+                messages = taken.get(queue_id)
                 if messages is None:
-                    if not queue.caught_up(starts):
-                        refused.add(queue)
+                    if queue_id in refused:
                         continue
-                    messages = taken[queue] = []
-                exchange, key, properties, body, _, born, flags = record
-                message = StoredMessage(
+                    queue = by_id.get(queue_id)
+                    if queue is None or not queue.caught_up(starts):
+                        refused.add(queue_id)
+                        continue
+                    messages = taken[queue_id] = []
+                fields = (
                     offset,
                     commit_offset,
                     exchange,
@@ -197,8 +202,13 @@ class VirtualHost:
                     store_ts,
                     flags,
                 )
-                messages.append((destination[1], message))
-        return {queue for queue, messages in taken.items() if queue.absorb(messages)}
+                messages.append((destination[1], make(StoredMessage, fields)))
+        absorbed = set()
+        for queue_id, messages in taken.items():
+            queue = by_id[queue_id]
+            if queue.absorb(messages):
+                absorbed.add(queue)
+        return absorbed
 
     async def append(self, records: list[Record], wait_durable: bool = False) -> None:
         """Append messages routed earlier (tx commit, dead letters, timers); count them in."""

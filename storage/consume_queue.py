@@ -6,6 +6,12 @@ Counting, purging and expiry are offset arithmetic on these files; they never re
 bodies. Writes go to the page cache and are fsynced by the store checkpoint; anything lost is
 rebuilt from the commitlog on recovery, because each record names its destinations.
 
+Write-behind: an append's entries may stay in memory (``unwritten``, the index's tail) until
+about 4 KiB gather, a checkpoint writes them, or something other than reading needs the files:
+with thousands of queues each taking a message per publish batch, one write per queue per
+batch was the store's largest cost. Reads see the tail; the checkpoint covers only what it
+wrote, and recovery re-dispatches the rest from the commitlog as it would after any crash.
+
 The garbage collector may re-point an entry at a copy of its record further ahead (the size's
 RELOCATED_ENTRY bit says so). Entries from the original dispatch stay in commit order, and a
 relocated entry always points past every original entry before it, so "the lowest commit
@@ -22,6 +28,7 @@ from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE, RELOCATED_ENTRY
 from storage.segment_files import Segment, SegmentFiles
 
 _SCAN_ENTRIES = 1024  # entries read per pread while scanning
+WRITE_BEHIND_BYTES = 4096  # a deferred tail this long is written at the next append
 
 
 class ConsumeQueue:
@@ -40,6 +47,7 @@ class ConsumeQueue:
         self.max_offset = 0  # next logical offset to be written
         self.last_commit_offset = -1  # commitlog offset of the last entry (idempotent reput)
         self.dirty: dict[int, Segment] = {}  # segments written since the last checkpoint
+        self.unwritten = bytearray()  # the last entries, not yet in the files (write-behind)
         # lowest_commit's last answer (start, lowest), forgotten when entries change.
         self._lowest_memo: tuple[int, int | None] | None = None
 
@@ -78,9 +86,42 @@ class ConsumeQueue:
         """For a new queue whose entries begin after offset 0 (never needed on a fresh one)."""
         self.min_offset = self.max_offset = logical_offset
 
-    def append(self, entries: bytes | bytearray, last_commit_offset: int) -> None:
-        """Append packed entries (a multiple of 20 bytes) at max_offset."""
-        pos = self.max_offset * CQ_ENTRY_SIZE
+    def append(
+        self, entries: bytes | bytearray, last_commit_offset: int, defer: bool = False
+    ) -> None:
+        """Append packed entries (a multiple of 20 bytes) at max_offset; ``defer``: they may
+        stay in memory for now (see the module's note on write-behind)."""
+        unwritten = self.unwritten
+        if defer and len(unwritten) + len(entries) < WRITE_BEHIND_BYTES:
+            unwritten += entries
+            self.max_offset += len(entries) // CQ_ENTRY_SIZE
+            self.last_commit_offset = last_commit_offset
+            return
+        if unwritten:
+            self._write_at(self.max_offset * CQ_ENTRY_SIZE - len(unwritten), unwritten + entries)
+            self.unwritten = bytearray()
+        else:
+            self._write_at(self.max_offset * CQ_ENTRY_SIZE, entries)
+        self.last_commit_offset = last_commit_offset
+
+    def write_behind(self) -> None:
+        """Write the entries held in memory to the files (OSError: they stay held)."""
+        held = self.unwritten
+        if held:
+            self._write_at(self.max_offset * CQ_ENTRY_SIZE - len(held), bytes(held))
+            self.unwritten = bytearray()
+
+    def roll_back(self, max_offset: int, last_commit_offset: int) -> None:
+        """Forget the entries from ``max_offset`` on (an append that failed), held or written."""
+        held_from = self.max_offset - len(self.unwritten) // CQ_ENTRY_SIZE
+        if max_offset >= held_from:
+            del self.unwritten[(max_offset - held_from) * CQ_ENTRY_SIZE :]
+        else:
+            self.unwritten = bytearray()
+        self.files.truncate_from(max_offset * CQ_ENTRY_SIZE)
+        self.max_offset, self.last_commit_offset = max_offset, last_commit_offset
+
+    def _write_at(self, pos: int, entries: bytes | bytearray) -> None:
         view = memoryview(entries)
         while view:
             segment = self.files.last
@@ -93,18 +134,25 @@ class ConsumeQueue:
             pos += len(part)
             view = view[len(part) :]
         self.max_offset = pos // CQ_ENTRY_SIZE
-        self.last_commit_offset = last_commit_offset
 
     def entry(self, logical_offset: int) -> tuple[int, int, int]:
-        data = self.files.read(logical_offset * CQ_ENTRY_SIZE, CQ_ENTRY_SIZE)
+        data = self.read_entries(logical_offset, 1)
         commit_offset, size, ts = CQ_ENTRY.unpack(data)
         return commit_offset, size, ts
 
     def read_entries(self, logical_offset: int, count: int) -> bytes:
-        return self.files.read(logical_offset * CQ_ENTRY_SIZE, count * CQ_ENTRY_SIZE)
+        pos, length = logical_offset * CQ_ENTRY_SIZE, count * CQ_ENTRY_SIZE
+        held = self.unwritten
+        held_from = self.max_offset * CQ_ENTRY_SIZE - len(held)
+        if not held or pos + length <= held_from:
+            return self.files.read(pos, length)
+        if pos >= held_from:
+            return bytes(held[pos - held_from : pos - held_from + length])
+        return self.files.read(pos, held_from - pos) + bytes(held[: pos + length - held_from])
 
     def truncate_to_commit_offset(self, commit_end: int) -> int:
         """Drop entries that point at or beyond ``commit_end``; returns how many went."""
+        self.write_behind()
         dropped = 0
         while (
             self.max_offset > self.min_offset and self.entry(self.max_offset - 1)[0] >= commit_end
@@ -119,6 +167,7 @@ class ConsumeQueue:
 
     def drop_before_commit_offset(self, commit_min: int) -> None:
         """Forget entries pointing below ``commit_min`` (retention deleted their records)."""
+        self.write_behind()
         self._lowest_memo = None
         per_segment = self.files.segment_size // CQ_ENTRY_SIZE
         while len(self.files.segments) > 1:
@@ -181,6 +230,7 @@ class ConsumeQueue:
     def drop_consumed_before(self, read_start: int) -> None:
         """Remove index files whose entries all lie below ``read_start`` (every group has
         consumed them; their records may be gone)."""
+        self.write_behind()
         while len(self.files.segments) > 1:
             first = self.files.segments[0]
             if (first.start + first.written) // CQ_ENTRY_SIZE > read_start:
@@ -190,6 +240,7 @@ class ConsumeQueue:
 
     def repoint(self, logical: int, commit: int, size: int, ts: int) -> Segment:
         """Point entry ``logical`` at a copy of its record; returns the file written."""
+        self.write_behind()
         pos = logical * CQ_ENTRY_SIZE
         segment = self.files.find(pos)
         if segment is None or pos + CQ_ENTRY_SIZE > segment.end:
@@ -213,13 +264,15 @@ class ConsumeQueue:
         return lo
 
     def take_dirty(self) -> list[Segment]:
-        """Segments to fsync for a checkpoint (the set is cleared)."""
+        """Segments to fsync for a checkpoint (the set is cleared); call write_behind first."""
         dirty = [segment for segment in self.dirty.values() if segment.fd >= 0]
         self.dirty.clear()
         return dirty
 
     def close(self) -> None:
+        self.unwritten = bytearray()
         self.files.close()
 
     def delete(self) -> None:
+        self.unwritten = bytearray()
         self.files.delete_all()

@@ -32,6 +32,8 @@ from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, R
 
 log = logging.getLogger("mqgw.storage")
 
+_WRITE_BEHIND_QUEUES = 256  # index tails written per event-loop turn before a checkpoint
+
 
 class GroupCommitter:
     """Shares fsyncs between concurrent appends; counts them for the benchmark."""
@@ -79,6 +81,7 @@ class EmbeddedStore:
 
     def __init__(self, store: LogStore) -> None:
         self.log = store
+        store.index_write_behind = True  # the checkpoint housekeeping writes what it holds
         self.config = store.config
         self.committer = GroupCommitter(store)
         self._sync = store.config.flush is FlushPolicy.SYNC
@@ -242,10 +245,20 @@ class EmbeddedStore:
             # Index entries recovery could not write on a full disk: here, on the loop
             # (appends write the indexes too). Until they are in, no checkpoint is written.
             finish_recovery(self.log)
+            await self._write_behind()
             # Everything the worker thread needs is taken here, on the loop (the registry
             # included): the loop goes on changing the store while the thread writes.
             ticket = self.log.begin_checkpoint()
             await anyio.to_thread.run_sync(self.log.checkpoint, ticket)
+
+    async def _write_behind(self) -> None:
+        """Index entries held in memory go to their files a few hundred queues at a time,
+        so that with 10,000 queues a checkpoint does not hold the loop for all the writes."""
+        held = [cq for cq in self.log.cqs.values() if cq.unwritten]
+        for start in range(0, len(held), _WRITE_BEHIND_QUEUES):
+            if not self.log.write_behind(held[start : start + _WRITE_BEHIND_QUEUES]):
+                return  # begin_checkpoint tries again, and holds the checkpoint back
+            await anyio.lowlevel.checkpoint()
 
     async def persist_offsets(self) -> None:
         if self.log.offsets.changed:

@@ -14,7 +14,7 @@ import os
 import resource
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from storage.collector import CollectorStats, replay_journal
@@ -155,6 +155,9 @@ class LogStore:
         self.cqs: dict[tuple[int, int], ConsumeQueue] = {}
         self.durable_offset = 0
         self.checkpointed_offset = 0  # the dispatched offset of the last checkpoint written
+        # Appends may hold index entries in memory (ConsumeQueue.write_behind); the embedded
+        # store turns it on, as its checkpoints write them.
+        self.index_write_behind = False
         self.recovery: RecoveryReport | None = None
         # Set while recovery's index entries wait for space (recovery.finish_recovery).
         self.pending_index: PendingIndex | None = None
@@ -364,9 +367,9 @@ class LogStore:
         try:
             self._dispatch(runs, undo, starts)
         except OSError as exc:
-            for cq, max_offset, last_commit in undo:
-                cq.files.truncate_from(max_offset * CQ_ENTRY_SIZE)
-                cq.max_offset, cq.last_commit_offset = max_offset, last_commit
+            # Backwards: a queue reached by several runs ends where its first one found it.
+            for cq, max_offset, last_commit in reversed(undo):
+                cq.roll_back(max_offset, last_commit)
             self.commit_log.truncate_from(start)
             raise StoreWriteError(f"consume queue write failed: {exc}", exc.errno) from exc
         return AppendResult(
@@ -380,6 +383,7 @@ class LogStore:
         starts: dict[tuple[int, int], int],
     ) -> None:
         cqs = self.cqs
+        defer = self.index_write_behind
         for destinations, entries in runs:
             last_commit = CQ_ENTRY.unpack_from(entries, len(entries) - CQ_ENTRY_SIZE)[0]
             for destination in destinations:
@@ -388,7 +392,7 @@ class LogStore:
                     continue  # queue deleted between routing and append: nothing to index
                 undo.append((cq, cq.max_offset, cq.last_commit_offset))
                 starts.setdefault(destination, cq.max_offset)
-                cq.append(entries, last_commit)
+                cq.append(entries, last_commit, defer)
 
     # -- durability --------------------------------------------------------------------------
 
@@ -405,9 +409,25 @@ class LogStore:
         """Consume-queue files to fsync before a checkpoint at the returned offset, and the
         queue registry if it changed: everything checkpoint() needs, taken here in the
         owner's thread, as checkpoint() may run in another one."""
+        offset = self.commit_log.write_offset
+        if not self.write_behind():
+            offset = min(offset, self.checkpointed_offset)  # the indexes are not all written
         paths = [s.path for cq in self.cqs.values() for s in cq.take_dirty()]
         registry = self.registry.snapshot() if self.registry.dirty else None
-        return FlushTicket([], self.commit_log.write_offset, paths, self.config.data_dir, registry)
+        return FlushTicket([], offset, paths, self.config.data_dir, registry)
+
+    def write_behind(self, cqs: Iterable[ConsumeQueue] | None = None) -> bool:
+        """Write the index entries ``cqs`` (default: all) hold in memory; False if a write
+        failed (what is left stays held, for a later try)."""
+        for cq in self.cqs.values() if cqs is None else cqs:
+            if not cq.unwritten:
+                continue
+            try:
+                cq.write_behind()
+            except OSError as exc:
+                log.warning("index entries of queue %d not written yet: %s", cq.queue_id, exc)
+                return False
+        return True
 
     def checkpoint(self, ticket: FlushTicket | None = None) -> bool:
         """Record where recovery may start; the commitlog must be durable up to there.
