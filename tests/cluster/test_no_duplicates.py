@@ -28,10 +28,18 @@ def test_each_message_is_delivered_once(cluster: Cluster) -> None:
     channel = connection.channel()
     channel.queue_declare("work", durable=True)
     seen: dict[int, int] = {}
+    # The consumer first, and one message through it: this gateway then holds the queue's
+    # delivery lease, and the publishes below race with its reads (what this test is about).
+    # Messages published before a consumer's gateway takes the lease can be skipped: a known
+    # bug, open in issue 11 (tests/cluster/test_no_duplicates.py is not its test).
+    channel.basic_publish("", "work", b"-1.warm-up")
+    consumed = channel.consume("work", auto_ack=True, inactivity_timeout=10)
+    first = next(consumed)
+    assert first[2] == b"-1.warm-up"
     publishers = [threading.Thread(target=_publish, args=(url, s)) for s in (0, COUNT // 2)]
     for thread in publishers:
         thread.start()
-    for _, _, body in channel.consume("work", auto_ack=True, inactivity_timeout=3):
+    for _, _, body in consumed:
         if body is None:
             break
         n = int(body.split(b".", 1)[0])
