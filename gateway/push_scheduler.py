@@ -145,7 +145,7 @@ class PushScheduler:
     async def _serve(self, queue: QueueRuntime) -> bool:
         queue.rewake = False
         now = self.clock()
-        if queue.consumers and not queue.paused:
+        if queue.consumers and not queue.paused and queue.holds_all_leases():
             await queue.fill()
             result = queue.pump(self.quota, now)
             if queue.caught_up_event is not None and (

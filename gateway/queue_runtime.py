@@ -405,7 +405,13 @@ class QueueRuntime:
         # absorbed meanwhile (caught_up) would come back in this read too, twice.
         self.exhausted = False
         for p in range(self.partitions):
-            result = await self.store.read(self.queue_id, p, self.cursors[p], FETCH_BATCH)
+            start = self.cursors[p]
+            result = await self.store.read(self.queue_id, p, start, FETCH_BATCH)
+            if self.cursors[p] != start:
+                # Moved while the read was out (a delivery-lease take-over, a reset): this
+                # answer is for the old position; taking it would skip what lies between.
+                more = True
+                continue
             if result.status is ReadStatus.MOVED:
                 self._lost_to_retention(result.min_offset - self.cursors[p])
             self.cursors[p] = result.next_offset
