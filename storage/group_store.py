@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import anyio
@@ -169,14 +170,8 @@ class GroupStore:
         batch = _Batch(records, self._id_base + seq, 0, 0)
         self._pending[seq] = batch
 
-        async def send(store: RemoteStore) -> AppendResult:
-            generation = self.generation
-            result = await store.append_batch(records, batch.batch_id, wait_durable=False)
-            batch.generation, batch.end = generation, result.end_offset
-            return result
-
         try:
-            result = await self._on_master(send)
+            result = await self._on_master(lambda store: self._send(store, batch))
         except BaseException:
             self._pending.pop(seq, None)
             raise
@@ -217,21 +212,20 @@ class GroupStore:
         with anyio.move_on_after(RETRY_S * 4):
             await self._changed.wait()
 
+    async def _send(self, store: RemoteStore, batch: _Batch) -> AppendResult:
+        """Send ``batch`` on the current master's connection and note where it landed."""
+        generation = self.generation
+        result = await store.append_batch(batch.records, batch.batch_id, wait_durable=False)
+        batch.generation, batch.end = generation, result.end_offset
+        return result
+
     async def _resend(self) -> None:
         """Send every unconfirmed batch from an older connection again, in order."""
         async with self._resending:
             for batch in list(self._pending.values()):
                 if batch.generation == self.generation:
                     continue
-
-                async def again(store: RemoteStore, batch: _Batch = batch) -> None:
-                    generation = self.generation
-                    result = await store.append_batch(
-                        batch.records, batch.batch_id, wait_durable=False
-                    )
-                    batch.generation, batch.end = generation, result.end_offset
-
-                await self._on_master(again)
+                await self._on_master(partial(self._send, batch=batch))
 
     async def sweep(self) -> None:
         """Confirms nobody waits for (publishers without confirms) still end: forget their

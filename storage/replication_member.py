@@ -162,7 +162,7 @@ class ReplicationMember:
     async def _follow(self, master: str, epoch: int) -> None:
         address = await self._master_address(master)
         async with self.connect(address) as remote:
-            answer = await self._call(remote, Replicate("epochs", {"epoch": epoch}))
+            answer = await remote.replicate(Replicate("epochs", {"epoch": epoch}))
             self._truncate_to_common_point(answer)
             registry_version, first = 0, True
             committer = self.store.inner.committer
@@ -178,12 +178,9 @@ class ReplicationMember:
                     "registry_version": registry_version,
                     "all_offsets": first,
                 }
-                answer = await self._call(remote, Replicate("fetch", head))
+                answer = await remote.replicate(Replicate("fetch", head))
                 registry_version = self._apply(answer, registry_version)
                 first = False
-
-    async def _call(self, remote: RemoteStore, request: Replicate) -> Replicated:
-        return await remote.replicate(request)
 
     def _truncate_to_common_point(self, answer: Replicated) -> None:
         store, state = self.store, self.state
