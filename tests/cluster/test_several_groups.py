@@ -228,7 +228,9 @@ def test_a_broker_killed_and_restarted_loses_nothing_confirmed(two_groups: TwoGr
         check_for(15, lambda: len(publisher.confirmed) >= 200)
         two_groups.brokers["g2"].kill()
         down_at = len(publisher.confirmed)
-        check_for(10, lambda: publisher.failed > 0)  # refused while a part cannot be stored
+        # Refused while a part cannot be stored: the gateway waits up to 10 s for an
+        # unreplicated broker to come back before it nacks (gateway/cluster_link.py).
+        check_for(30, lambda: publisher.failed > 0)
         assert len(publisher.confirmed) <= down_at + 1
         two_groups.brokers["g2"].start()  # same data, same port
         check_for(20, lambda: len(publisher.confirmed) >= down_at + 200)
