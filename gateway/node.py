@@ -13,22 +13,24 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pamqp import commands
 
-from gateway import memory, metadata_sync, taps
-from gateway.access import Access
+from gateway import memory
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
-from gateway.broadcast import Broadcasts, BroadcastScheduler
-from gateway.channel_state import ChannelState
-from gateway.controls import Controls
-from gateway.delayed_exchange import DELAYED_KIND, DelayedDelivery
-from gateway.direct_reply import DirectReplies
-from gateway.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
-from gateway.queue_runtime import QueueRuntime
-from gateway.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
+from gateway.cluster import metadata_sync
+from gateway.features.broadcast import Broadcasts, BroadcastScheduler
+from gateway.features.controls import Controls
+from gateway.features.delayed_exchange import DELAYED_KIND, DelayedDelivery
+from gateway.features.direct_reply import DirectReplies
+from gateway.features.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
+from gateway.features.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
+from gateway.observe import taps
+from gateway.observe.stats import NodeStats
+from gateway.observe.tracing import tracing_from_settings
+from gateway.queues.runtime import QueueRuntime
 from gateway.resource_alarm import Alarms, ResourceAlarm
-from gateway.session import Session
+from gateway.sessions.access import Access
+from gateway.sessions.channel_state import ChannelState
+from gateway.sessions.session import Session
 from gateway.settings import GatewaySettings
-from gateway.stats import NodeStats
-from gateway.tracing import tracing_from_settings
 from gateway.vhost import VirtualHost
 from meta.change_feed import Change
 from meta.errors import MetadataUnavailable
@@ -39,7 +41,7 @@ from meta.store import MetadataStore
 from storage import StoredMessage, StorePort
 
 if TYPE_CHECKING:
-    from gateway.cluster_link import ClusterLink
+    from gateway.cluster.link import ClusterLink
 
 log = logging.getLogger("mqgw.node")
 

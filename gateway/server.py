@@ -20,11 +20,11 @@ import uvicorn
 from anyio.abc import SocketListener
 
 from gateway.admin.app import create_app
-from gateway.cluster_link import ClusterLink, open_cluster_backends
-from gateway.connection_io import serve_connection
-from gateway.delayed_exchange import EXCHANGE_TYPES
+from gateway.cluster.link import ClusterLink, open_cluster_backends
+from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from gateway.listeners import describe, open_listener
 from gateway.node import Node
+from gateway.sessions.connection_io import serve_connection
 from gateway.settings import GatewaySettings
 from gateway.tls import ReloadingContext, TLSSettingsError, TLSSetup, serve_tls_connection
 from meta.local_store import LocalMetadataStore
@@ -38,7 +38,7 @@ log = logging.getLogger("mqgw.server")
 @asynccontextmanager
 async def _backends(settings: GatewaySettings) -> AsyncIterator[tuple[StorePort, MetadataStore]]:
     """Embedded: the store and the metadata file under the data directory. Cluster (--meta):
-    Redis and a broker (gateway/cluster_link.py)."""
+    Redis and a broker (gateway/cluster/link.py)."""
     if settings.meta:
         # Nothing of the cluster's is kept here; the directory is still the gateway's own
         # (the disk alarm reads it; the broker has its own alarm for the messages).

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, TypeVar
 from gateway.amqp.errors import AMQPError, NotFound, error_for_code
 from gateway.amqp.events import decode_properties
 from gateway.amqp.property_bytes import PropertyError
-from gateway.dead_letter import DeadLetter, is_cycle, republish
-from gateway.push_scheduler import PushScheduler
-from gateway.queue_behaviour import QueueBehaviour, behaviour_of
-from gateway.queue_kinds import new_queue_runtime
-from gateway.queue_runtime import PERSISTENT_FLAG, QueueRuntime
+from gateway.queues.behaviour import QueueBehaviour, behaviour_of
+from gateway.queues.dead_letter import DeadLetter, is_cycle, republish
+from gateway.queues.kinds import new_queue_runtime
+from gateway.queues.runtime import PERSISTENT_FLAG, QueueRuntime
+from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router, UnknownExchange
 from meta.errors import MetaError
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
@@ -34,8 +34,8 @@ from storage import (
 )
 
 if TYPE_CHECKING:
-    from gateway.firehose import Firehose
-    from gateway.placement import QueuePlacement
+    from gateway.cluster.placement import QueuePlacement
+    from gateway.observe.firehose import Firehose
 
 log = logging.getLogger("mqgw.vhost")
 
@@ -79,7 +79,7 @@ class VirtualHost:
         self.policies: list[Policy] = []
         self.dead_letters: list[DeadLetter] = []
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
-        self.firehose: Firehose | None = None  # tracing on (gateway/taps.py switches it)
+        self.firehose: Firehose | None = None  # tracing on (gateway/observe/taps.py switches it)
         self.placement: QueuePlacement | None = None  # several broker groups (cluster_link)
 
     async def load(self) -> None:
@@ -356,7 +356,7 @@ class VirtualHost:
             if self.placement is not None:
                 self.placement.forget(definition)
 
-    # -- changes made by other gateways (cluster mode: gateway/metadata_sync.py) ----------
+    # -- changes made by other gateways (cluster mode: gateway/cluster/metadata_sync.py) ----------
 
     async def forget(self, deletions: Deletions) -> None:
         await self.apply_deletions(deletions, delete_data=False)

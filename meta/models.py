@@ -43,7 +43,8 @@ class VHost(_Model):
     name: str
     description: str = ""
     tags: tuple[str, ...] = ()
-    # The firehose (gateway/firehose.py): publishes and deliveries copied to amq.rabbitmq.trace.
+    # The firehose (gateway/observe/firehose.py): publishes and deliveries copied to
+    # amq.rabbitmq.trace.
     tracing: bool = False
 
 

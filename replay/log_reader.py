@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster.layout import load
-from gateway.log_timer import TIMER_QUEUE_ID
+from gateway.features.log_timer import TIMER_QUEUE_ID
 from meta.redis_store import RedisMetadataStore
 from storage.check import find_store_dir, record_limit
 from storage.commit_log import CommitLog
@@ -35,7 +35,7 @@ from storage.file_system import FileSystem
 from storage.log_store import read_layout
 from storage.record import COPY_MAGIC, DEST_SIZE, HEADER, HEADER_SIZE, decode_destinations
 
-REDELIVERED_FLAG = 4  # gateway/queue_runtime.py: re-entered its queue after a backoff
+REDELIVERED_FLAG = 4  # gateway/queues/runtime.py: re-entered its queue after a backoff
 
 
 class ReadOnlyFileSystem(FileSystem):

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Body, Depends, HTTPException, Response
 from pydantic import BaseModel, ConfigDict, StrictBool, field_validator
 
-from gateway import taps
 from gateway.admin.auth import ADMINISTRATOR, MANAGEMENT, granted, reads_everything, requires
 from gateway.admin.paths import SlashRoute
-from gateway.stats import queue_unacked
+from gateway.observe import taps
+from gateway.observe.stats import queue_unacked
 from meta.definitions_export import permission_entry, user_entry
 from meta.models import Permission, User, VHost
 from meta.password import SHA256_ALGORITHM, hash_password

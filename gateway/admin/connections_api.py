@@ -16,9 +16,9 @@ from gateway.amqp.errors import ConnectionForced
 from meta.models import User
 
 if TYPE_CHECKING:
-    from gateway.channel_state import ChannelState, Consumer
     from gateway.node import Node
-    from gateway.session import Session
+    from gateway.sessions.channel_state import ChannelState, Consumer
+    from gateway.sessions.session import Session
 
 
 def json_value(value: Any) -> Any:

@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway.admin.auth import ADMINISTRATOR, requires
 from gateway.admin.paths import SlashRoute
 from gateway.amqp.errors import AMQPError
-from gateway.delayed_exchange import EXCHANGE_TYPES
+from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from meta.definitions import DefinitionsError, ImportPlan, parse_definitions, summary_text
 from meta.definitions_export import export_definitions
 from meta.definitions_plan import plan_import

@@ -29,13 +29,13 @@ from gateway.admin.queues_api import permit as permit_on
 from gateway.admin.queues_api import visible_vhost
 from gateway.admin.topology_api import DEFAULT_EXCHANGE_ALIAS, Json
 from gateway.amqp.events import decode_properties
-from gateway.publishing import EXPIRES, PERSISTENT
+from gateway.sessions.publishing import EXPIRES, PERSISTENT
 from meta.models import User
 from storage import Record
 
 if TYPE_CHECKING:
     from gateway.node import Node
-    from gateway.queue_runtime import QueueRuntime
+    from gateway.queues.runtime import QueueRuntime
     from gateway.vhost import VirtualHost
 
 ACK_MODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")

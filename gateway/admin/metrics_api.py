@@ -35,12 +35,12 @@ from gateway.admin.auth import MONITORING, requires
 from gateway.admin.overview_api import RABBITMQ_API_VERSION
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import head_age_s
-from gateway.stats import Histogram, queue_unacked
+from gateway.observe.stats import Histogram, queue_unacked
 from meta.models import User
 
 if TYPE_CHECKING:
     from gateway.node import Node
-    from gateway.queue_runtime import QueueRuntime
+    from gateway.queues.runtime import QueueRuntime
 
 SNAPSHOT_YIELD_EVERY = 500
 FORMAT_CHUNK = 400  # per-queue samples rendered between event-loop turns (~2 ms)

@@ -21,14 +21,14 @@ from fastapi import APIRouter, Body, Depends, HTTPException
 
 from gateway.admin.auth import POLICYMAKER, reads_everything, requires
 from gateway.admin.paths import SlashRoute
-from gateway.broadcast import is_broadcast
-from gateway.priority_queue import PriorityQueueRuntime
-from gateway.stream_queue import is_stream
+from gateway.features.broadcast import is_broadcast
+from gateway.queues.priority import PriorityQueueRuntime
+from gateway.queues.stream import is_stream
 from meta.models import User
 
 if TYPE_CHECKING:
     from gateway.node import Node
-    from gateway.queue_runtime import QueueRuntime
+    from gateway.queues.runtime import QueueRuntime
 
 
 def reset_time_ms(body: Any) -> int:

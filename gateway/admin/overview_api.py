@@ -3,7 +3,8 @@
 ``rabbitmq_version``/``management_version`` say which RabbitMQ API the answers follow (tools
 pick features by it); ``product_name``/``product_version`` say what actually runs. A
 management user sees the totals of the vhosts it may use and the message rates of their
-queues; monitoring and administrators see the node's (``message_stats`` from gateway/stats.py).
+queues; monitoring and administrators see the node's (``message_stats`` from
+gateway/observe/stats.py).
 ``?msg_rates_age=S&msg_rates_incr=S`` adds the plugin's ``samples``/``avg``/``avg_rate``.
 """
 
@@ -21,13 +22,13 @@ from gateway.admin import pagination
 from gateway.admin.auth import MANAGEMENT, MONITORING, reads_everything, requires
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import may_see
-from gateway.delayed_exchange import EXCHANGE_TYPES
-from gateway.stats import queue_unacked
+from gateway.features.delayed_exchange import EXCHANGE_TYPES
+from gateway.observe.stats import queue_unacked
 from meta.models import User
 
 if TYPE_CHECKING:
     from gateway.node import Node
-    from gateway.queue_runtime import QueueRuntime
+    from gateway.queues.runtime import QueueRuntime
 
 RABBITMQ_API_VERSION = "3.10.8"
 PRODUCT_VERSION = "0.1.0"

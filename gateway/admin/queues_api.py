@@ -14,13 +14,13 @@ from gateway.admin import pagination
 from gateway.admin.auth import MANAGEMENT, MONITORING, POLICYMAKER, reads_everything, requires
 from gateway.admin.connections_api import consumer_json, json_value
 from gateway.admin.paths import SlashRoute
-from gateway.redelivery import redrive
-from gateway.stats import queue_message_stats, queue_unacked
+from gateway.features.redelivery import redrive
+from gateway.observe.stats import queue_message_stats, queue_unacked
 from meta.models import Policy, User
 
 if TYPE_CHECKING:
     from gateway.node import Node
-    from gateway.queue_runtime import QueueRuntime
+    from gateway.queues.runtime import QueueRuntime
     from gateway.vhost import VirtualHost
 
 

@@ -29,8 +29,8 @@ from meta.models import BindingDef, DestinationType, ExchangeDef, QueueDef, User
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from gateway.access import Kind
     from gateway.node import Node
+    from gateway.sessions.access import Kind
 
 T = TypeVar("T")
 DEFAULT_EXCHANGE_ALIAS = "amq.default"  # how the plugin's URLs name the default exchange ""

@@ -229,7 +229,7 @@ def test_a_broker_killed_and_restarted_loses_nothing_confirmed(two_groups: TwoGr
         two_groups.brokers["g2"].kill()
         down_at = len(publisher.confirmed)
         # Refused while a part cannot be stored: the gateway waits up to 10 s for an
-        # unreplicated broker to come back before it nacks (gateway/cluster_link.py).
+        # unreplicated broker to come back before it nacks (gateway/cluster/link.py).
         check_for(30, lambda: publisher.failed > 0)
         assert len(publisher.confirmed) <= down_at + 1
         two_groups.brokers["g2"].start()  # same data, same port

@@ -20,7 +20,7 @@ import pika
 import pytest
 from pamqp import body, commands, frame, header
 
-from gateway.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID
+from gateway.features.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID
 from tests.harness.processes import GatewayProcess, check_for
 from tests.harness.raw_client import handshake, read_frames
 

@@ -1,4 +1,4 @@
-"""Permission decisions (gateway/access.py) as rabbit_auth_backend_internal makes them."""
+"""Permission decisions (gateway/sessions/access.py) as rabbit_auth_backend_internal makes them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.access import Access, CompiledPermission, Grants
 from gateway.amqp.errors import AccessRefused
+from gateway.sessions.access import Access, CompiledPermission, Grants
 from meta.local_store import LocalMetadataStore
 from meta.models import Permission, User
 

@@ -11,7 +11,7 @@ import pytest
 from fastapi import HTTPException, Request
 
 from gateway.admin.auth import authenticate, basic_credentials, granted, is_loopback, requires
-from gateway.rate_limit import Limits, TokenBucket
+from gateway.queues.rate_limit import Limits, TokenBucket
 from meta.models import User
 
 

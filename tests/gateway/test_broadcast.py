@@ -12,15 +12,15 @@ import anyio
 import pytest
 
 from gateway.amqp.errors import AccessRefused
-from gateway.broadcast import (
+from gateway.features.broadcast import (
     Broadcasts,
     BroadcastScheduler,
     BroadcastSubscription,
     connection_name,
 )
-from gateway.channel_state import ChannelState, Consumer
-from gateway.queue_runtime import PumpResult, QueueRuntime
-from gateway.rate_limit import TokenBucket
+from gateway.queues.rate_limit import TokenBucket
+from gateway.queues.runtime import PumpResult, QueueRuntime
+from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.errors import PreconditionFailed as MetaPreconditionFailed
 from meta.models import QueueDef
 from meta.queue_arguments import check_queue_arguments

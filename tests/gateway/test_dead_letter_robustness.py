@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.dead_letter import DeadLetter
-from gateway.push_scheduler import PushScheduler
+from gateway.queues.dead_letter import DeadLetter
+from gateway.queues.scheduler import PushScheduler
 from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.log_timer import (
+from gateway.features.log_timer import (
     DEFAULT_LEVELS_MS,
     TIMER_QUEUE_ID,
     LogTimer,

@@ -20,11 +20,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import gateway.priority_queue as pq
+import gateway.queues.priority as pq
 from gateway.amqp import property_bytes as pb
-from gateway.queue_kinds import PrioritySingleActive, new_queue_runtime, runtime_class
-from gateway.queue_runtime import QueueRuntime
-from gateway.single_active import SingleActiveConsumer
+from gateway.queues.kinds import PrioritySingleActive, new_queue_runtime, runtime_class
+from gateway.queues.runtime import QueueRuntime
+from gateway.queues.single_active import SingleActiveConsumer
 from gateway.vhost import VirtualHost
 from meta.errors import PreconditionFailed
 from meta.models import QueueDef

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from gateway.amqp import decode_properties, frame_writer
-from gateway.publishing import _delivery_mode
+from gateway.sessions.publishing import _delivery_mode
 
 properties = st.builds(
     commands.Basic.Properties,

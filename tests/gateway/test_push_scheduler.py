@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.channel_state import ChannelState, Consumer
-from gateway.push_scheduler import PushScheduler
-from gateway.queue_runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
-from gateway.rate_limit import TokenBucket
+from gateway.queues.rate_limit import TokenBucket
+from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
+from gateway.queues.scheduler import PushScheduler
+from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.models import QueueDef
 from storage import EmbeddedStore, FlushPolicy, Record, StoreConfig, open_embedded_store
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import anyio
 
-from gateway.channel_state import ChannelState, Consumer
-from gateway.push_scheduler import PushScheduler
+from gateway.queues.scheduler import PushScheduler
+from gateway.sessions.channel_state import ChannelState, Consumer
 from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef

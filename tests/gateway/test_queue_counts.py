@@ -20,8 +20,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway.amqp import property_bytes as pb
-from gateway.dead_letter import DeadLetter
-from gateway.queue_runtime import EXPIRATION_FLAG, QueueRuntime, wall_ms
+from gateway.queues.dead_letter import DeadLetter
+from gateway.queues.runtime import EXPIRATION_FLAG, QueueRuntime, wall_ms
 from meta.models import QueueDef
 from storage import FlushPolicy, Record, StoreConfig, StoredMessage, open_embedded_store
 

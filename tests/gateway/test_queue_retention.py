@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.queue_runtime import QueueRuntime
+from gateway.queues.runtime import QueueRuntime
 from meta.models import QueueDef
 from storage import FlushPolicy, Record, StoreConfig, open_embedded_store
 

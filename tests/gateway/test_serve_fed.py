@@ -9,8 +9,8 @@ from typing import Any
 
 import anyio
 
-from gateway.push_scheduler import PushScheduler
-from gateway.queue_runtime import QueueRuntime
+from gateway.queues.runtime import QueueRuntime
+from gateway.queues.scheduler import PushScheduler
 from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef

@@ -8,10 +8,10 @@ from typing import Any
 
 import anyio
 
-from gateway.channel_state import ChannelState, Consumer
-from gateway.push_scheduler import PushScheduler
-from gateway.queue_kinds import new_queue_runtime
-from gateway.queue_runtime import QueueRuntime
+from gateway.queues.kinds import new_queue_runtime
+from gateway.queues.runtime import QueueRuntime
+from gateway.queues.scheduler import PushScheduler
+from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.models import QueueDef
 from storage import EmbeddedStore, FlushPolicy, Record, StoreConfig, open_embedded_store
 

@@ -55,7 +55,7 @@ def test_the_switch_follows_the_change_feed(two_gateways: Cluster) -> None:
     gw_a, gw_b = two_gateways.gateways
     # The trace queue and its binding first: the feed brings them to gw-b before the switch.
     # It is read where the copies are made (a basic.get on another gateway does not see a
-    # queue's new messages once it has read it to the end: gateway/cluster_link.py polls
+    # queue's new messages once it has read it to the end: gateway/cluster/link.py polls
     # only queues with consumers).
     reader = FirehoseReader(gw_b.amqp_port)
     try:

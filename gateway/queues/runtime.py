@@ -7,7 +7,7 @@ messages (nack/reject with requeue, or unacked at channel close) go to a heap or
 offset and are delivered before anything newer, flagged redelivered.
 Committed offset per partition = the lowest offset not yet settled (at-least-once).
 
-Queue features (gateway/queue_behaviour.py) are offset arithmetic and head operations here:
+Queue features (gateway/queues/behaviour.py) are offset arithmetic and head operations here:
 ``ready_count``/``ready_bytes`` are kept exact as messages enter (counted at routing), leave
 for a consumer, come back, expire or overflow, so max-length checks and message counts never
 ask the store. Messages leave from the head only (expiry, drop-head), as in RabbitMQ; a message
@@ -28,14 +28,14 @@ import anyio
 
 from gateway.amqp import Publish
 from gateway.amqp import property_bytes as pb
-from gateway.dead_letter import DeadLetter
-from gateway.queue_behaviour import QueueBehaviour, behaviour_of
-from gateway.rate_limit import TokenBucket
+from gateway.queues.behaviour import QueueBehaviour, behaviour_of
+from gateway.queues.dead_letter import DeadLetter
+from gateway.queues.rate_limit import TokenBucket
 from meta.models import QueueDef
 from storage import QUEUE_GROUP, ReadStatus, StoredMessage, StorePort
 
 if TYPE_CHECKING:
-    from gateway.channel_state import Consumer
+    from gateway.sessions.channel_state import Consumer
 
 log = logging.getLogger("mqgw.queue")
 
@@ -112,7 +112,7 @@ class QueueRuntime:
         # one there is gone, as RabbitMQ loses non-persistent messages when it restarts.
         self.restart_below = [0] * self.partitions
         # Cluster mode: per partition, whether this gateway holds its delivery lease (None:
-        # embedded, always delivers). See gateway/cluster_link.py.
+        # embedded, always delivers). See gateway/cluster/link.py.
         self.leases: list[bool] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
@@ -125,7 +125,7 @@ class QueueRuntime:
         self.rewake = False
         self.deleted = False
         self.commit_dirty = False
-        # Consumption controls (gateway/controls.py): the queue's own stop/run and limits.
+        # Consumption controls (gateway/features/controls.py): the queue's own stop/run and limits.
         self.paused = False
         self.control_running = False  # its control says run: wider stops do not apply here
         self.rate_limit: TokenBucket | None = None
@@ -220,7 +220,7 @@ class QueueRuntime:
 
     @property
     def active_consumer(self) -> Consumer | None:
-        """The single active consumer (gateway/single_active.py); None for other queues."""
+        """The single active consumer (gateway/queues/single_active.py); None for other queues."""
         return None
 
     def activity_status(self, consumer: Consumer) -> str:
@@ -628,7 +628,7 @@ class QueueRuntime:
 
         return settled
 
-    # -- redelivery backoff (gateway/redelivery.py) ----------------------------------------
+    # -- redelivery backoff (gateway/features/redelivery.py) ------------------------------
 
     def hold_for_retry(self, partition: int, message: StoredMessage) -> None:
         """Nacked in backoff mode: stays in flight until its timer record is stored."""

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from storage import Record, StoredMessage
 
 if TYPE_CHECKING:
-    from gateway.queue_runtime import QueueRuntime
-    from gateway.session import Session
+    from gateway.queues.runtime import QueueRuntime
+    from gateway.sessions.session import Session
 
 
 @dataclass(eq=False, slots=True)
@@ -36,7 +36,7 @@ class Consumer:
         if not channel.flow_active or not session.writable or channel.closing:
             return False
         # An operator's stop of the connection (unless the queue's own control says run) and
-        # the connection's rate limits (gateway/controls.py).
+        # the connection's rate limits (gateway/features/controls.py).
         if session.stopped and not self.queue.control_running:
             return False
         if session.limits is not None and not session.limits.ready():

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from gateway.access import NO_GRANTS, Grants
 from gateway.amqp import (
     AMQPError,
     AuthRequested,
@@ -36,12 +35,13 @@ from gateway.amqp import (
 )
 from gateway.amqp.errors import InternalError, NotAllowed
 from gateway.amqp.sasl import EXTERNAL
-from gateway.channel_state import ChannelState, Consumer, Delivery
-from gateway.handlers import handle_method
-from gateway.publishing import route_publish
-from gateway.queue_runtime import QueueRuntime
-from gateway.rate_limit import Limits
-from gateway.taps import SessionTap, session_tap
+from gateway.observe.taps import SessionTap, session_tap
+from gateway.queues.rate_limit import Limits
+from gateway.queues.runtime import QueueRuntime
+from gateway.sessions.access import NO_GRANTS, Grants
+from gateway.sessions.channel_state import ChannelState, Consumer, Delivery
+from gateway.sessions.handlers import handle_method
+from gateway.sessions.publishing import route_publish
 from gateway.vhost import amqp_error
 from meta.errors import MetadataUnavailable, MetaError
 from storage import Record, StoredMessage, StoreError
@@ -83,14 +83,14 @@ class Session:
         self.closing = False
         self.close_reason = ""
         self.published = False  # a publishing connection is paused by the disk alarm
-        # Consumption controls (gateway/controls.py): read by Consumer.has_credit.
+        # Consumption controls (gateway/features/controls.py): read by Consumer.has_credit.
         self.stopped = False
         self.limits: Limits | None = None
-        # Permissions (gateway/access.py), set when the vhost opens.
+        # Permissions (gateway/sessions/access.py), set when the vhost opens.
         self.grants: Grants = NO_GRANTS
         self.vhost_opened = anyio.Event()  # the handshake is over (handshake_timeout)
         self.impersonator = False
-        # Firehose or OpenTelemetry on (gateway/taps.py); None: nothing traced, no cost.
+        # Firehose or OpenTelemetry on (gateway/observe/taps.py); None: nothing traced, no cost.
         self.tap: SessionTap | None = None
         send, receive = anyio.create_memory_object_stream[ConfirmItem](256)
         self._confirm_send: MemoryObjectSendStream[ConfirmItem] = send
@@ -146,7 +146,7 @@ class Session:
         if self.tap is not None:
             message = self.tap.delivered(channel, queue, message, redelivered, tag)
         body = message.body
-        counts = self.node.stats  # gateway/stats.py: plain int adds
+        counts = self.node.stats  # gateway/observe/stats.py: plain int adds
         if consumer.no_ack:
             counts.deliver_no_ack += 1
         else:

@@ -35,7 +35,7 @@ class QueueBehaviour:
     counts_deliveries: bool = False  # quorum-queue style: x-delivery-count on every delivery
     max_age_ms: int | None = None  # x-max-age: older ready messages are dropped (retention)
     disk_overflow: str = "block"  # drop-oldest: over the disk budget, its oldest ones go
-    # x-dead-letter-strategy at-least-once (gateway/dead_letter.py): RabbitMQ applies it to
+    # x-dead-letter-strategy at-least-once (gateway/queues/dead_letter.py): RabbitMQ applies it to
     # quorum queues with x-overflow reject-publish and a dead-letter exchange only.
     dead_letter_at_least_once: bool = False
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import base, commands
 
-from gateway import stream_queue
 from gateway.amqp import frame_writer, unchecked
 from gateway.amqp.errors import (
     AccessRefused,
@@ -24,11 +23,12 @@ from gateway.amqp.errors import (
     NotFound,
     PreconditionFailed,
 )
-from gateway.channel_state import ChannelState, Consumer, Delivery, TxAction
-from gateway.delayed_exchange import EXCHANGE_TYPES
-from gateway.direct_reply import REPLY_QUEUE
-from gateway.queue_runtime import QueueRuntime
-from gateway.single_active import SingleActiveConsumer
+from gateway.features.delayed_exchange import EXCHANGE_TYPES
+from gateway.features.direct_reply import REPLY_QUEUE
+from gateway.queues import stream as stream_queue
+from gateway.queues.runtime import QueueRuntime
+from gateway.queues.single_active import SingleActiveConsumer
+from gateway.sessions.channel_state import ChannelState, Consumer, Delivery, TxAction
 from gateway.vhost import VirtualHost, amqp_error
 from meta import checks
 from meta.amqp_values import infer_type
@@ -37,7 +37,7 @@ from meta.models import BindingDef, DestinationType, ExchangeDef, QueueDef
 from meta.state import augment_queue_arguments, server_generated_queue_name
 
 if TYPE_CHECKING:
-    from gateway.session import Session
+    from gateway.sessions.session import Session
 
 Handler = Callable[["Session", ChannelState, Any], Awaitable[None]]
 
@@ -421,7 +421,8 @@ async def basic_cancel(session: Session, channel: ChannelState, m: commands.Basi
 
 
 def may_get(session: Session, queue: QueueRuntime) -> bool:
-    """basic.get under consumption controls: the same rules as a push (gateway/controls.py)."""
+    """basic.get under consumption controls: the same rules as a push
+    (gateway/features/controls.py)."""
     if queue.paused or (session.stopped and not queue.control_running):
         return False
     now = session.node.scheduler.clock()

@@ -13,7 +13,7 @@ headers as they came.
 
 The opentelemetry packages (the ``otel`` extra) are imported only when tracing is on: the
 gateway runs without them, and with tracing and the firehose off no session has a tap
-(gateway/taps.py), so the per-message path pays one ``is None`` test per hook.
+(gateway/observe/taps.py), so the per-message path pays one ``is None`` test per hook.
 """
 
 from __future__ import annotations

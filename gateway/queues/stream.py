@@ -4,8 +4,8 @@ only read.
 
 - The queue itself (``StreamQueue``) never delivers and keeps no buffer. Each consumer reads
   from its own position through a ``StreamSubscription`` (the machinery of broadcast
-  consumption, gateway/broadcast.py: its own cursor, buffer and in-flight set, pushed by the
-  same scheduler; the node's ``Broadcasts`` registry routes the queue's wake-ups to them).
+  consumption, gateway/features/broadcast.py: its own cursor, buffer and in-flight set, pushed
+  by the same scheduler; the node's ``Broadcasts`` registry routes the queue's wake-ups to them).
 - Reading removes nothing. An ack only gives the consumer its credit back (and moves a named
   consumer's tracked offset); ``basic.qos`` prefetch is required, automatic acknowledgement,
   basic.get, nack/reject and queue.purge are refused with RabbitMQ's codes and texts.
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import property_bytes as pb
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
-from gateway.broadcast import Broadcasts, BroadcastSubscription
-from gateway.queue_runtime import FETCH_BATCH, PumpResult, QueueRuntime, wall_ms
-from gateway.stream_offset import (
+from gateway.features.broadcast import Broadcasts, BroadcastSubscription
+from gateway.queues.runtime import FETCH_BATCH, PumpResult, QueueRuntime, wall_ms
+from gateway.queues.stream_offset import (
     STREAM_OFFSET_ARG,
     InvalidStreamOffset,
     OffsetSpec,
@@ -48,8 +48,8 @@ from meta.errors import resource_name
 from storage import StoredMessage
 
 if TYPE_CHECKING:
-    from gateway.channel_state import ChannelState
-    from gateway.session import Session
+    from gateway.sessions.channel_state import ChannelState
+    from gateway.sessions.session import Session
 
 STREAM = "stream"
 CONSUMER_NAME_ARG = "x-mqgw-stream-consumer-name"

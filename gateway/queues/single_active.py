@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.queue_runtime import FLOW_HIGH, PumpResult, QueueRuntime
+from gateway.queues.runtime import FLOW_HIGH, PumpResult, QueueRuntime
 
 if TYPE_CHECKING:
-    from gateway.channel_state import Consumer
+    from gateway.sessions.channel_state import Consumer
 
 SINGLE_ACTIVE_ARG = "x-single-active-consumer"
 

@@ -7,7 +7,7 @@ the tasks that keep several gateways in step.
   to an unreplicated group's broker, a GroupStore following a replicated group's master;
   both reconnect by themselves. With one group that store is the gateway's store, as it
   always was. With several, a RoutedStore (storage/routed_store.py) routes each queue
-  partition to its group, as the route table in Redis says (gateway/placement.py: each new
+  partition to its group, as the route table in Redis says (gateway/cluster/placement.py: each new
   queue is placed on the live groups with the fewest partitions before it is created).
 - **Gateway lease.** The gateway holds a lease in Redis (renewed every second, lapsing after
   5 s). A gateway whose lease lapsed is reaped by whichever gateway sees it first: its
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from gateway.placement import QueuePlacement
+from gateway.cluster.placement import QueuePlacement
 from meta.change_feed import Change, Reload
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
@@ -48,7 +48,7 @@ from storage.routed_store import RoutedStore
 
 if TYPE_CHECKING:
     from gateway.node import Node
-    from gateway.queue_runtime import QueueRuntime
+    from gateway.queues.runtime import QueueRuntime
     from gateway.settings import GatewaySettings
 
 log = logging.getLogger("mqgw.cluster")

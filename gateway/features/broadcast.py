@@ -36,15 +36,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp.errors import AccessRefused, NotFound
-from gateway.push_scheduler import PushScheduler
-from gateway.queue_runtime import PumpResult, QueueRuntime
-from gateway.rate_limit import TokenBucket
+from gateway.queues.rate_limit import TokenBucket
+from gateway.queues.runtime import PumpResult, QueueRuntime
+from gateway.queues.scheduler import PushScheduler
 from meta.errors import resource_name
 from meta.models import QueueDef
 
 if TYPE_CHECKING:
-    from gateway.channel_state import Consumer
-    from gateway.session import Session
+    from gateway.sessions.channel_state import Consumer
+    from gateway.sessions.session import Session
 
 CONSUME_MODE_ARG = "x-consume-mode"
 BROADCAST = "broadcast"

@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from gateway.queue_runtime import FLOW_LOW, PumpResult, QueueRuntime, wall_ms
-from gateway.stats import Histogram
+from gateway.observe.stats import Histogram
+from gateway.queues.runtime import FLOW_LOW, PumpResult, QueueRuntime, wall_ms
 from storage import StoreError
 
 RETRY_S = 0.5  # a queue whose store call failed is served again after this

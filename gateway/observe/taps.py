@@ -1,5 +1,6 @@
 """A session's tap: what its publishes and deliveries report while its vhost's firehose
-(gateway/firehose.py) or the node's OpenTelemetry tracing (gateway/tracing.py) is on.
+(gateway/observe/firehose.py) or the node's OpenTelemetry tracing (gateway/observe/tracing.py)
+is on.
 
 ``Session.tap`` is None otherwise, and every hook on the message path is one
 ``if session.tap is not None`` — off, tracing costs a test of a plain attribute. Turning the
@@ -13,18 +14,18 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from gateway.firehose import TRACE_EXCHANGE, Firehose
+from gateway.observe.firehose import TRACE_EXCHANGE, Firehose
 from storage import Record, StoredMessage
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
     from gateway.amqp import Publish
-    from gateway.channel_state import ChannelState, Delivery
     from gateway.node import Node
-    from gateway.queue_runtime import QueueRuntime
-    from gateway.session import Session
-    from gateway.tracing import Tracing
+    from gateway.observe.tracing import Tracing
+    from gateway.queues.runtime import QueueRuntime
+    from gateway.sessions.channel_state import ChannelState, Delivery
+    from gateway.sessions.session import Session
     from gateway.vhost import VirtualHost
 
 log = logging.getLogger("mqgw.trace")

@@ -48,9 +48,9 @@ from typing import Any
 import anyio
 
 from gateway.amqp import property_bytes as pb
-from gateway.dead_letter import DeadLetter
-from gateway.queue_behaviour import QueueBehaviour
-from gateway.queue_runtime import FETCH_BATCH, LOW_WATER, QueueRuntime
+from gateway.queues.behaviour import QueueBehaviour
+from gateway.queues.dead_letter import DeadLetter
+from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, QueueRuntime
 from meta.models import QueueDef
 from storage import ReadStatus, StoredMessage, StorePort
 

@@ -12,7 +12,7 @@ from anyio.streams.tls import TLSAttribute
 from gateway.amqp import ServerConnection, frame_writer
 from gateway.amqp.sasl import certificate_login
 from gateway.node import Node
-from gateway.session import Session
+from gateway.sessions.session import Session
 
 log = logging.getLogger("mqgw.connection")
 

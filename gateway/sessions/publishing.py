@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from gateway.amqp import Publish, frame_writer
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
-from gateway.delayed_exchange import delay_of, hold
-from gateway.direct_reply import REPLY_PREFIX, REPLY_QUEUE
-from gateway.queue_runtime import QueueRuntime
+from gateway.features.delayed_exchange import delay_of, hold
+from gateway.features.direct_reply import REPLY_PREFIX, REPLY_QUEUE
+from gateway.queues.runtime import QueueRuntime
 from gateway.routing import UnknownExchange, strip_bcc
 from meta.models import DELAYED_MESSAGE_EXCHANGE_TYPE
 from storage import Record
 
 if TYPE_CHECKING:
-    from gateway.channel_state import ChannelState
-    from gateway.session import Session
+    from gateway.sessions.channel_state import ChannelState
+    from gateway.sessions.session import Session
 
 _FLAGS = struct.Struct(">H")
 _make_tuple = tuple.__new__

@@ -18,7 +18,7 @@ such plugin, so there is no differential test:
 Not copied: the plugin also hands every delayed message to the exchange's alternate exchange
 at publish time (its issue #36), which delivers it twice.
 
-Held messages live in the log timer (gateway/log_timer.py), on disk: a million of them cost
+Held messages live in the log timer (gateway/features/log_timer.py), on disk: a million of them cost
 disk, not memory.
 """
 
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import Publish, decode_properties, frame_writer
-from gateway.log_timer import LogTimer, TimerItem, TimerMessage
+from gateway.features.log_timer import LogTimer, TimerItem, TimerMessage
 from gateway.routing import strip_bcc
 from meta.errors import MetaError
 from meta.models import BUILTIN_EXCHANGE_TYPES, DELAYED_MESSAGE_EXCHANGE_TYPE

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 
 if TYPE_CHECKING:
-    from gateway.queue_runtime import QueueRuntime
+    from gateway.queues.runtime import QueueRuntime
 
 # RabbitMQ's message_stats keys; deliver_get is their sum over deliver/get (derived).
 MESSAGE_STATS = (

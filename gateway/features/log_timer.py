@@ -33,7 +33,7 @@ body is never copied on schedule or hop):
         12 u16  vhost length          14 u8   target length      15 u8  tag (kind-specific bits)
         16 ...  vhost, target (exchange or queue name), then the raw AMQP properties
 
-Kinds: 1 = delayed-message exchange (gateway/delayed_exchange.py).
+Kinds: 1 = delayed-message exchange (gateway/features/delayed_exchange.py).
 """
 
 from __future__ import annotations

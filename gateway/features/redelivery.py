@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gateway.amqp import property_bytes as pb
-from gateway.log_timer import LogTimer, TimerItem, TimerMessage
-from gateway.queue_runtime import (
+from gateway.features.log_timer import LogTimer, TimerItem, TimerMessage
+from gateway.queues.runtime import (
     DELIVERY_COUNT,
     DLQ_SUFFIX,
     REDELIVERED_FLAG,
@@ -30,7 +30,7 @@ from gateway.queue_runtime import (
 from storage import Record, StoredMessage, StoreError
 
 if TYPE_CHECKING:
-    from gateway.queue_runtime import QueueRuntime
+    from gateway.queues.runtime import QueueRuntime
     from gateway.vhost import VirtualHost
 
 log = logging.getLogger("mqgw.redelivery")

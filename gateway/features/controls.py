@@ -25,14 +25,14 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gateway.broadcast import connection_name
-from gateway.rate_limit import Limits, TokenBucket
+from gateway.features.broadcast import connection_name
+from gateway.queues.rate_limit import Limits, TokenBucket
 from meta.models import CONTROL_SCOPES, ConsumptionControl, ControlScope
 
 if TYPE_CHECKING:
     from gateway.node import Node
-    from gateway.queue_runtime import QueueRuntime
-    from gateway.session import Session
+    from gateway.queues.runtime import QueueRuntime
+    from gateway.sessions.session import Session
 
 log = logging.getLogger("mqgw.controls")
 
