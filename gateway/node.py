@@ -8,7 +8,7 @@ import shutil
 import time
 from collections.abc import Coroutine
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pamqp import commands
@@ -16,8 +16,8 @@ from pamqp import commands
 from gateway import memory
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
 from gateway.cluster import metadata_sync
+from gateway.controls import Controls
 from gateway.features.broadcast import Broadcasts, BroadcastScheduler
-from gateway.features.controls import Controls
 from gateway.features.delayed_exchange import DELAYED_KIND, DelayedDelivery
 from gateway.features.direct_reply import DirectReplies
 from gateway.features.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
@@ -28,7 +28,7 @@ from gateway.observe.tracing import tracing_from_settings
 from gateway.queues.runtime import QueueRuntime
 from gateway.resource_alarm import Alarms, ResourceAlarm
 from gateway.sessions.access import Access
-from gateway.sessions.channel_state import ChannelState
+from gateway.sessions.channel_state import ChannelState, Consumer
 from gateway.sessions.session import Session
 from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
@@ -278,7 +278,8 @@ class Node:
     def _queue_deleted(self, queue: QueueRuntime) -> None:
         """Consumers of a deleted queue are cancelled; clients that can hear it are told."""
         self.broadcasts.queue_deleted(queue)
-        for consumer in list(queue.consumers):
+        # The queue layer holds them as QueueConsumers; the node made them, as Consumers.
+        for consumer in cast(list[Consumer], list(queue.consumers)):
             session = consumer.channel.session
             session.cancel_consumer(consumer)
             if session.conn.consumer_cancel_notify:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, TypeVar
 from gateway.amqp.errors import AMQPError, NotFound, error_for_code
 from gateway.amqp.events import decode_properties
 from gateway.amqp.property_bytes import PropertyError
+from gateway.features.queue_kinds import new_queue_runtime
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
 from gateway.queues.dead_letter import DeadLetter, is_cycle, republish
-from gateway.queues.kinds import new_queue_runtime
 from gateway.queues.runtime import PERSISTENT_FLAG, QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router, UnknownExchange

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.admin.auth import ADMINISTRATOR, MONITORING, requires
 from gateway.admin.paths import SlashRoute
-from gateway.features.controls import Key, key_of
+from gateway.controls import Key, key_of
 from meta.models import ConsumptionControl, ControlScope, User
 
 if TYPE_CHECKING:

@@ -35,7 +35,8 @@ from gateway.admin.auth import MONITORING, requires
 from gateway.admin.overview_api import RABBITMQ_API_VERSION
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import head_age_s
-from gateway.observe.stats import Histogram, queue_unacked
+from gateway.observe.histogram import Histogram
+from gateway.observe.stats import queue_unacked
 from meta.models import User
 
 if TYPE_CHECKING:

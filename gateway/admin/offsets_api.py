@@ -22,8 +22,8 @@ from fastapi import APIRouter, Body, Depends, HTTPException
 from gateway.admin.auth import POLICYMAKER, reads_everything, requires
 from gateway.admin.paths import SlashRoute
 from gateway.features.broadcast import is_broadcast
+from gateway.features.stream import is_stream
 from gateway.queues.priority import PriorityQueueRuntime
-from gateway.queues.stream import is_stream
 from meta.models import User
 
 if TYPE_CHECKING:

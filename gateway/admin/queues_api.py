@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Request, Response
 
@@ -16,6 +16,7 @@ from gateway.admin.connections_api import consumer_json, json_value
 from gateway.admin.paths import SlashRoute
 from gateway.features.redelivery import redrive
 from gateway.observe.stats import queue_message_stats, queue_unacked
+from gateway.sessions.channel_state import Consumer
 from meta.models import Policy, User
 
 if TYPE_CHECKING:
@@ -171,7 +172,9 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
         stats = queue_stats(node, runtime, await node.store.held_back_bytes())
         # As RabbitMQ's management plugin: the consumers only in the one-queue view.
-        stats["consumer_details"] = [consumer_json(node, c) for c in list(runtime.consumers)]
+        stats["consumer_details"] = [
+            consumer_json(node, c) for c in cast(list[Consumer], list(runtime.consumers))
+        ]
         stats["mqgw"]["partition_details"] = await partition_details(node, runtime)
         return pagination.one(request, stats)
 

@@ -43,7 +43,7 @@ from meta.errors import resource_name
 from meta.models import QueueDef
 
 if TYPE_CHECKING:
-    from gateway.sessions.channel_state import Consumer
+    from gateway.queues.consumer import QueueConsumer as Consumer
     from gateway.sessions.session import Session
 
 CONSUME_MODE_ARG = "x-consume-mode"

@@ -1,4 +1,4 @@
-"""Token buckets for consumption rate limits (gateway/features/controls.py sets them per scope).
+"""Token buckets for consumption rate limits (gateway/controls.py sets them per scope).
 Time is passed in, so tests need no sleeping."""
 
 from __future__ import annotations

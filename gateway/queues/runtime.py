@@ -35,7 +35,7 @@ from meta.models import QueueDef
 from storage import QUEUE_GROUP, ReadStatus, StoredMessage, StorePort
 
 if TYPE_CHECKING:
-    from gateway.sessions.channel_state import Consumer
+    from gateway.queues.consumer import QueueConsumer as Consumer
 
 log = logging.getLogger("mqgw.queue")
 
@@ -125,7 +125,7 @@ class QueueRuntime:
         self.rewake = False
         self.deleted = False
         self.commit_dirty = False
-        # Consumption controls (gateway/features/controls.py): the queue's own stop/run and limits.
+        # Consumption controls (gateway/controls.py): the queue's own stop/run and limits.
         self.paused = False
         self.control_running = False  # its control says run: wider stops do not apply here
         self.rate_limit: TokenBucket | None = None
@@ -488,7 +488,7 @@ class QueueRuntime:
             0,
         )
         message: StoredMessage = _make_tuple(StoredMessage, fields)
-        consumer.channel.session.deliver(consumer, self, 0, message, False)
+        consumer.sink.deliver(consumer, self, 0, message, False)
         return True
 
     def absorb(self, messages: list[tuple[int, StoredMessage]]) -> bool:
@@ -744,7 +744,7 @@ class QueueRuntime:
             if taken is None:
                 return PumpResult.NO_MESSAGES
             partition, message, redelivered = taken
-            consumer.channel.session.deliver(consumer, self, partition, message, redelivered)
+            consumer.sink.deliver(consumer, self, partition, message, redelivered)
             delivered += 1
             self.delivered += 1
             if byte_limit is not None:
@@ -759,7 +759,7 @@ class QueueRuntime:
         limit (then the scheduler wakes the queue when the first of them has a token)."""
         wake_at: float | None = None
         for consumer in self.consumers:
-            limits = consumer.channel.session.limits
+            limits = consumer.sink.limits
             if limits is not None and not limits.ready():
                 at = limits.next_at()
                 wake_at = at if wake_at is None else min(wake_at, at)

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from gateway.observe.stats import Histogram
+from gateway.observe.histogram import Histogram
 from gateway.queues.runtime import FLOW_LOW, PumpResult, QueueRuntime, wall_ms
 from storage import StoreError
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from gateway.queues.runtime import FLOW_HIGH, PumpResult, QueueRuntime
 
 if TYPE_CHECKING:
-    from gateway.sessions.channel_state import Consumer
+    from gateway.queues.consumer import QueueConsumer as Consumer
 
 SINGLE_ACTIVE_ARG = "x-single-active-consumer"
 
@@ -75,7 +75,7 @@ class SingleActiveConsumer(QueueRuntime):
     def _no_consumer_ready(self) -> PumpResult:
         """Only the active consumer's rate limit can make the queue deliver again."""
         active = self._active
-        limits = None if active is None else active.channel.session.limits
+        limits = None if active is None else active.sink.limits
         if limits is None or limits.ready():
             return PumpResult.NO_CREDIT
         self.rate_wake_at = limits.next_at()

@@ -29,6 +29,12 @@ class Consumer:
     prefetch: int  # per-consumer limit (0: none), fixed when the consumer was created
     unacked: int = 0
     arguments: Mapping[str, Any] = field(default_factory=dict)  # basic.consume's, as given
+    # The session, as the queue layer's DeliverySink (gateway/queues/consumer.py): a field,
+    # not a property, since the push path reads it once per message.
+    sink: Session = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sink = self.channel.session
 
     def has_credit(self) -> bool:
         channel = self.channel
@@ -36,7 +42,7 @@ class Consumer:
         if not channel.flow_active or not session.writable or channel.closing:
             return False
         # An operator's stop of the connection (unless the queue's own control says run) and
-        # the connection's rate limits (gateway/features/controls.py).
+        # the connection's rate limits (gateway/controls.py).
         if session.stopped and not self.queue.control_running:
             return False
         if session.limits is not None and not session.limits.ready():

@@ -23,9 +23,9 @@ from gateway.amqp.errors import (
     NotFound,
     PreconditionFailed,
 )
+from gateway.features import stream as stream_queue
 from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from gateway.features.direct_reply import REPLY_QUEUE
-from gateway.queues import stream as stream_queue
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.single_active import SingleActiveConsumer
 from gateway.sessions.channel_state import ChannelState, Consumer, Delivery, TxAction
@@ -422,7 +422,7 @@ async def basic_cancel(session: Session, channel: ChannelState, m: commands.Basi
 
 def may_get(session: Session, queue: QueueRuntime) -> bool:
     """basic.get under consumption controls: the same rules as a push
-    (gateway/features/controls.py)."""
+    (gateway/controls.py)."""
     if queue.paused or (session.stopped and not queue.control_running):
         return False
     now = session.node.scheduler.clock()

@@ -83,7 +83,7 @@ class Session:
         self.closing = False
         self.close_reason = ""
         self.published = False  # a publishing connection is paused by the disk alarm
-        # Consumption controls (gateway/features/controls.py): read by Consumer.has_credit.
+        # Consumption controls (gateway/controls.py): read by Consumer.has_credit.
         self.stopped = False
         self.limits: Limits | None = None
         # Permissions (gateway/sessions/access.py), set when the vhost opens.

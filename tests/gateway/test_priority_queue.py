@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import gateway.queues.priority as pq
 from gateway.amqp import property_bytes as pb
-from gateway.queues.kinds import PrioritySingleActive, new_queue_runtime, runtime_class
+from gateway.features.queue_kinds import PrioritySingleActive, new_queue_runtime, runtime_class
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.single_active import SingleActiveConsumer
 from gateway.vhost import VirtualHost

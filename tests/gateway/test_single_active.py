@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from gateway.queues.kinds import new_queue_runtime
+from gateway.features.queue_kinds import new_queue_runtime
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.sessions.channel_state import ChannelState, Consumer

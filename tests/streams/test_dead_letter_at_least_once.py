@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.features.queue_kinds import new_queue_runtime
 from gateway.queues.dead_letter import DeadLetter
-from gateway.queues.kinds import new_queue_runtime
 from meta.models import QueueDef
 from storage import FlushPolicy, Record, StoreConfig, open_embedded_store
 

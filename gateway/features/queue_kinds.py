@@ -1,6 +1,6 @@
 """Which runtime a queue gets: FIFO, priority (``x-max-priority``, gateway/queues/priority.py),
 single active consumer (``x-single-active-consumer``, gateway/queues/single_active.py), both, or a
-stream (``x-queue-type: stream``, gateway/queues/stream.py).
+stream (``x-queue-type: stream``, gateway/features/stream.py).
 
 Chosen once, when the queue is attached, by class: a plain queue's per-message path carries
 no feature checks, and the features cost only the queues that ask for them.
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.features.stream import STREAM, StreamQueue
 from gateway.queues.behaviour import QueueBehaviour
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.priority import PriorityQueueRuntime, max_priority_of
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.single_active import SINGLE_ACTIVE_ARG, SingleActiveConsumer
-from gateway.queues.stream import STREAM, StreamQueue
 from meta.checks import DEFAULT_QUEUE_TYPE, queue_type_of
 from meta.models import QueueDef
 from storage import StorePort

@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any
 from gateway.amqp import property_bytes as pb
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
 from gateway.features.broadcast import Broadcasts, BroadcastSubscription
-from gateway.queues.runtime import FETCH_BATCH, PumpResult, QueueRuntime, wall_ms
-from gateway.queues.stream_offset import (
+from gateway.features.stream_offset import (
     STREAM_OFFSET_ARG,
     InvalidStreamOffset,
     OffsetSpec,
     parse_stream_offset,
     start_offset,
 )
+from gateway.queues.runtime import FETCH_BATCH, PumpResult, QueueRuntime, wall_ms
 from meta.checks import queue_type_of
 from meta.errors import resource_name
 from storage import StoredMessage

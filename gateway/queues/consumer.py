@@ -1,0 +1,57 @@
+"""What a queue needs from a consumer and from the connection it delivers through.
+
+The queue layer sees consumers only through these Protocols; the session layer's ``Consumer``
+(gateway/sessions/channel_state.py) satisfies them. So a queue picks a consumer and hands it a
+message without knowing what a session or a channel is, and nothing here imports upwards.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar
+
+from storage import StoredMessage
+
+if TYPE_CHECKING:
+    from gateway.queues.rate_limit import Limits
+    from gateway.queues.runtime import QueueRuntime
+
+
+C_contra = TypeVar("C_contra", contravariant=True)
+
+
+class DeliverySink(Protocol[C_contra]):
+    """The connection a consumer belongs to: where its deliveries are written. Generic in the
+    consumer type so that the session can take its own ``Consumer`` back."""
+
+    @property
+    def limits(self) -> Limits | None:
+        """The connection's consumption rate limits (operator controls); None: unlimited."""
+
+    def deliver(
+        self,
+        consumer: C_contra,
+        queue: QueueRuntime,
+        partition: int,
+        message: StoredMessage,
+        redelivered: bool,
+    ) -> None:
+        """Frame and send one message to ``consumer``; book it unacked unless no-ack."""
+
+
+class QueueConsumer(Protocol):
+    """A consumer as a queue sees it: who it is, how it ranks, whether it can take more."""
+
+    @property
+    def tag(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def no_ack(self) -> bool: ...
+    @property
+    def exclusive(self) -> bool: ...
+    @property
+    def sink(self) -> DeliverySink[Self]:
+        """The connection that delivers to it (the session, in the gateway)."""
+
+    def has_credit(self) -> bool:
+        """Whether it may take one more message now (prefetch, flow, controls)."""
