@@ -43,8 +43,8 @@ FETCH_BATCH = 256
 LOW_WATER = 64
 # Publish flow control (RabbitMQ's credit flow, per queue): a publisher into a queue whose
 # consumers could take messages but are this far behind is not read until they catch up.
-FLOW_HIGH = 20_000
-FLOW_LOW = 5_000
+FLOW_HIGH = 2_000
+FLOW_LOW = 500
 PERSISTENT_FLAG = 1  # record flag bits (set by the publisher path)
 EXPIRATION_FLAG = 2  # the message carries an expiration property
 REDELIVERED_FLAG = 4  # re-entered its queue after a redelivery backoff
