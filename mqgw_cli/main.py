@@ -75,10 +75,30 @@ def _bench_run(args: argparse.Namespace) -> int:
 
 
 def _bench_compare(args: argparse.Namespace) -> int:
-    from bench.load.compare import compare
+    from bench.load.compare import compare, pick
 
+    if args.with_cluster:
+        from bench.load.versus import compare_cluster
+
+        if args.compare:
+            raise SystemExit("mqgw bench compare: --with-cluster starts its own sides, not URLs")
+        if any(n < 1 for n in args.cluster_gateways):
+            raise SystemExit("mqgw bench compare: --cluster-gateways must be ≥ 1")
+        report = compare_cluster(
+            pick(args.scenarios),
+            args.cluster_gateways,
+            args.with_rabbitmq,
+            args.scale,
+            args.rounds,
+            args.procs,
+        )
+        return 1 if report["left_running"] else 0
+    if args.cluster_gateways != [2]:
+        raise SystemExit("mqgw bench compare: --cluster-gateways goes with --with-cluster")
     if not args.with_rabbitmq and not args.compare:
-        raise SystemExit("mqgw bench compare: give --compare URL_A URL_B or --with-rabbitmq")
+        raise SystemExit(
+            "mqgw bench compare: give --compare URL_A URL_B, --with-rabbitmq or --with-cluster"
+        )
     compare(args.scenarios, args.compare, args.scale, args.rounds, args.procs)
     return 0
 
@@ -145,7 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     trip.set_defaults(func=_bench_roundtrip)
     load = bench_cmds.add_parser("run", help="raw-socket load scenarios against one server")
     _add_load_options(load)
-    load.add_argument("--url", default=None, help="AMQP URL (default: start a gateway)")
+    load.add_argument(
+        "--url",
+        default=None,
+        help="AMQP URL, or several separated by commas (one system's entry points: "
+        "publishers and consumers are spread over them); default: start a gateway",
+    )
     load.set_defaults(func=_bench_run)
     side = bench_cmds.add_parser("compare", help="scenarios against A and B alternately")
     _add_load_options(side)
@@ -155,6 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--with-rabbitmq",
         action="store_true",
         help="start the gateway (sync flush) as A and a private RabbitMQ as B",
+    )
+    side.add_argument(
+        "--with-cluster",
+        action="store_true",
+        help="start a private cluster (redis, 1 broker, N gateways) and the embedded node "
+        "(both sync flush) and compare them; with --with-rabbitmq, RabbitMQ too",
+    )
+    side.add_argument(
+        "--cluster-gateways",
+        type=int,
+        nargs="+",
+        default=[2],
+        metavar="N",
+        help="gateways of the cluster (default 2); several (2 1): one cluster each",
     )
     side.add_argument("--rounds", type=int, default=3)
     side.set_defaults(func=_bench_compare)

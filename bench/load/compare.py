@@ -14,7 +14,6 @@ import json
 import shutil
 import statistics
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from rich.table import Table
 from bench.load.measure import run_scenario
 from bench.load.runner import Target, console
 from bench.load.scenarios import SCENARIOS, Scenario
-from bench.servers import GatewayServer, RabbitMQProcess
+from bench.load.sides import gateway_target, rabbitmq_target
 
 
 def pick(names: list[str]) -> list[Scenario]:
@@ -43,27 +42,14 @@ def _one(scenario: Scenario, target: Target, scale: float, procs: int) -> dict[s
     return result
 
 
-@contextlib.contextmanager
-def gateway_target(root: Path) -> Iterator[Target]:
-    server = GatewayServer(root / "gateway-data", flush="sync").start()
-    try:
-        yield Target(
-            server.url, "mqgw", f"mqgw: {server.flush_policy}", server.pid, root / "gateway-data"
-        )
-    finally:
-        server.stop()
-
-
-@contextlib.contextmanager
-def rabbitmq_target(root: Path) -> Iterator[Target]:
-    server = RabbitMQProcess(root / "rabbitmq").start()
-    try:
-        yield Target(
-            server.url, "rabbitmq", f"rabbitmq: {server.flush_policy}", server.pid,
-            root / "rabbitmq" / "mnesia",
-        )  # fmt: skip
-    finally:
-        server.stop()
+def url_target(spec: str, prefix: str = "") -> Target:
+    """A target from one AMQP URL, or from several separated by commas (one system's entry
+    points, e.g. a cluster's gateways: publishers and consumers are spread over them)."""
+    urls = [u.strip() for u in spec.split(",") if u.strip()]
+    if not urls:
+        raise SystemExit(f"no AMQP URL in {spec!r}")
+    hosts = "+".join(u.rsplit("@", maxsplit=1)[-1] for u in urls)
+    return Target(urls[0], prefix + hosts, urls=tuple(urls) if len(urls) > 1 else ())
 
 
 def run(names: list[str], url: str | None, scale: float, procs: int) -> None:
@@ -73,7 +59,7 @@ def run(names: list[str], url: str | None, scale: float, procs: int) -> None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mqgw-bench-")))
             target = stack.enter_context(gateway_target(root))
         else:
-            target = Target(url, url.rsplit("@", maxsplit=1)[-1])
+            target = url_target(url)
         for scenario in scenarios:
             _one(scenario, target, scale, procs)
 
@@ -89,10 +75,7 @@ def compare(
             a = stack.enter_context(gateway_target(root))
             b = stack.enter_context(rabbitmq_target(root))
         else:
-            a, b = (
-                Target(u, f"{tag}:{u.rsplit('@', maxsplit=1)[-1]}")
-                for tag, u in zip("AB", urls, strict=True)
-            )
+            a, b = (url_target(u, f"{tag}:") for tag, u in zip("AB", urls, strict=True))
         console.print(f"A = {a.label} ({a.policy})\nB = {b.label} ({b.policy})")
         results: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
         for round_no in range(rounds):

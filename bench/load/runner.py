@@ -38,6 +38,18 @@ class Target:
     policy: str = "unknown (server not started by the bench)"
     pid: int | None = None  # the server's process when the bench started it (for RSS)
     data_dir: Path | None = None  # its data, when the bench started it (for disk use)
+    # Several entry points to one system (a cluster's gateways): publishers and consumers are
+    # spread over them; ``url`` (declares, deletes) is the first. Empty: ``url`` alone.
+    urls: tuple[str, ...] = ()
+
+    def publisher_url(self, index: int) -> str:
+        """Publisher ``index`` goes to ``urls[index % n]``."""
+        return self.urls[index % len(self.urls)] if self.urls else self.url
+
+    def consumer_url(self, index: int) -> str:
+        """Consumer ``index`` goes to ``urls[(index + 1) % n]``: with two gateways, the first
+        publisher's messages reach the first consumer through the other gateway."""
+        return self.urls[(index + 1) % len(self.urls)] if self.urls else self.url
 
 
 @dataclass(frozen=True)
@@ -128,7 +140,10 @@ class Run:
         if s.fanout or s.queues == 1:  # one stream: one publisher keeps its sequence
             reach = list(range(s.queues))
             route = (t.exchange, "") if s.fanout else ("", t.queues[0])
-            return [replace(base, routes=(route,), count=self.count)], [[reach]]
+            plan = replace(
+                base, url=self.target.publisher_url(0), routes=(route,), count=self.count
+            )
+            return [plan], [[reach]]
         n_pub = min(self.procs, s.queues)
         per_queue = split_counts(self.count, s.queues)
         plans, reaches = [], []
@@ -136,7 +151,8 @@ class Run:
             mine = list(range(p, s.queues, n_pub))
             count = sum(per_queue[q] for q in mine)
             routes = tuple(("", t.queues[q]) for q in mine)
-            plans.append(replace(base, routes=routes, count=count))
+            url = self.target.publisher_url(p)
+            plans.append(replace(base, url=url, routes=routes, count=count))
             reaches.append([[q] for q in mine])
         return plans, reaches
 
@@ -146,18 +162,27 @@ class Run:
         fast = list(range(s.slow_queues, s.queues))
         n_con = min(self.procs, len(fast))
         chunks = [fast[c::n_con] for c in range(n_con)]
-        plans = [self._consume_plan(chunk, bounds, s.prefetch, 0.0) for chunk in chunks]
+        plans = [
+            self._consume_plan(chunk, bounds, s.prefetch, 0.0, self.target.consumer_url(c))
+            for c, chunk in enumerate(chunks)
+        ]
         if s.slow_queues:
             slow = list(range(s.slow_queues))
-            plans.append(self._consume_plan(slow, bounds, 10, 1.0 / s.slow_ack_per_s))
+            url = self.target.consumer_url(len(plans))
+            plans.append(self._consume_plan(slow, bounds, 10, 1.0 / s.slow_ack_per_s, url))
             chunks.append(slow)
         return plans, chunks
 
     def _consume_plan(
-        self, queues: list[int], bounds: list[int], prefetch: int, ack_interval_s: float
+        self,
+        queues: list[int],
+        bounds: list[int],
+        prefetch: int,
+        ack_interval_s: float,
+        url: str,
     ) -> ConsumePlan:
         return ConsumePlan(
-            url=self.target.url,
+            url=url,
             queues=tuple(self.topology.queues[q] for q in queues),
             expected=tuple(bounds[q] for q in queues),
             prefetch=prefetch,

@@ -1,0 +1,164 @@
+"""What a comparison compares, and how each side is started and stopped.
+
+- the embedded node: `mqgw serve` with its own store, sync flush (fsync before each confirm);
+- RabbitMQ: a private node, persistent messages in durable classic queues (fsync, confirm);
+- a cluster: Redis, one storage broker (no replicas) and N gateways, started with the code of
+  `mqgw cluster up` in a private directory, the broker with sync flush too (the store is
+  where flushing happens; the gateways get the same setting). Publishers and consumers are
+  spread over its gateways (``Target.urls``).
+
+Each side is a context manager yielding a ``Side``; leaving it stops everything it started,
+also on an exception or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.cluster import control
+from bench.cluster.layout import Member, Shape
+from bench.load.runner import Target, console
+from bench.servers import GatewayServer, RabbitMQProcess
+from mqgw_cli.admin_client import admin_call
+
+CLUSTER_START_TIMEOUT_S = 60.0
+CLUSTER_STOP_TIMEOUT_S = 20.0
+Counters = dict[str, dict[str, int]]  # gateway name -> {"publish": n, "deliver": m}
+
+
+@dataclass
+class Side:
+    """One started system of a comparison."""
+
+    name: str  # "cluster-2gw", "embedded", "rabbitmq": the key in results and tables
+    target: Target
+    gateways: int | None = None  # a cluster's gateway count; None for a single node
+    pids: list[int] = field(default_factory=list)  # every process it runs, to check they go
+    counters: Callable[[], Counters] | None = None  # per gateway totals, now
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.gateways is not None
+
+
+@contextlib.contextmanager
+def gateway_target(root: Path) -> Iterator[Target]:
+    server = GatewayServer(root / "gateway-data", flush="sync").start()
+    try:
+        yield Target(
+            server.url, "mqgw", f"mqgw: {server.flush_policy}", server.pid, root / "gateway-data"
+        )
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def rabbitmq_target(root: Path) -> Iterator[Target]:
+    server = RabbitMQProcess(root / "rabbitmq").start()
+    try:
+        yield Target(
+            server.url, "rabbitmq", f"rabbitmq: {server.flush_policy}", server.pid,
+            root / "rabbitmq" / "mnesia",
+        )  # fmt: skip
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def embedded_side(root: Path) -> Iterator[Side]:
+    console.print("starting the embedded node (sync flush)")
+    with gateway_target(root) as target:
+        assert target.pid is not None
+        yield Side("embedded", target, pids=[target.pid])
+
+
+@contextlib.contextmanager
+def rabbitmq_side(root: Path) -> Iterator[Side]:
+    console.print("starting RabbitMQ")
+    server = RabbitMQProcess(root / "rabbitmq").start()
+    try:
+        target = Target(
+            server.url, "rabbitmq", f"rabbitmq: {server.flush_policy}", server.pid,
+            root / "rabbitmq" / "mnesia",
+        )  # fmt: skip
+        pids = [p.pid for p in (server.proc, server.epmd) if p is not None]
+        yield Side("rabbitmq", target, pids=pids)
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the processes started inside (they inherit ours)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def cluster_side(root: Path, gateways: int) -> Iterator[Side]:
+    name = f"cluster-{gateways}gw"
+    directory = root / name
+    console.print(f"starting {name}: redis, 1 broker (sync flush), {gateways} gateway(s)")
+
+    def on_ready(member: Member, seconds: float) -> None:
+        console.print(f"  {name}: {member.name} ready in {seconds:.1f} s (pid {member.pid})")
+
+    with _environment(MQGW_FLUSH="sync"):
+        cluster = control.up(directory, Shape(gateways=gateways), CLUSTER_START_TIMEOUT_S, on_ready)
+    try:
+        urls = tuple(g.amqp_url for g in cluster.gateways)
+        broker = cluster.brokers[0]
+        policy = (
+            f"cluster: {gateways} gateway(s) -> 1 broker, sync flush: group-commit fsync "
+            "before each confirm"
+        )
+        target = Target(urls[0], name, policy, None, Path(broker.data_dir), urls=urls)
+        admins = {g.name: g.admin_url for g in cluster.gateways}
+        pids = [m.pid for m in cluster.members() if m.pid is not None]
+        yield Side(name, target, gateways, pids, lambda: gateway_counters(admins))
+    finally:
+        stopped = control.down(directory, CLUSTER_STOP_TIMEOUT_S)
+        left = [s.member.name for s in stopped if not s.gone]
+        if left:
+            console.print(f"[red]{name}: still running after down: {', '.join(left)}")
+
+
+def gateway_counters(admin_urls: dict[str, str]) -> Counters:
+    """Each gateway's publishes and deliveries so far (its /api/overview message_stats)."""
+    counters: Counters = {}
+    for name, url in admin_urls.items():
+        status, body = admin_call(url, "GET", "/api/overview", timeout_s=10)
+        stats = body.get("message_stats", {}) if status == 200 and isinstance(body, dict) else {}
+        counters[name] = {
+            "publish": int(stats.get("publish", 0)),
+            "deliver": int(stats.get("deliver_get", 0)),
+        }
+    return counters
+
+
+def counters_delta(before: Counters, after: Counters) -> Counters:
+    return {
+        name: {key: value - before.get(name, {}).get(key, 0) for key, value in now.items()}
+        for name, now in after.items()
+    }
+
+
+def pid_alive(pid: int) -> bool:
+    """``pid`` still runs (a zombie of ours counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
