@@ -5,7 +5,9 @@ default) or "*" means every interface, IPv4 and IPv6: two sockets, "0.0.0.0" and
 IPV6_V6ONLY, as RabbitMQ listens, so IPv4 clients keep plain IPv4 peer addresses (not
 "::ffff:a.b.c.d", which the loopback check for guest would not recognise). If the host has no
 IPv6, the "::" socket is skipped with a warning. A name binds every address it resolves to.
-With port 0 every address gets the port the first one was given.
+With port 0 every address gets the port the first one was given. ``reuse_port`` sets
+SO_REUSEPORT: `mqgw serve --workers N` runs N gateways on one port, the kernel spreading
+connections among them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def _no_ipv6(error: OSError) -> bool:
     return isinstance(error, socket.gaierror) or error.errno in _NO_IPV6
 
 
-async def open_listener(setting: str, port: int) -> MultiListener[SocketStream]:
+async def open_listener(
+    setting: str, port: int, reuse_port: bool = False
+) -> MultiListener[SocketStream]:
     """Listen on every address of ``setting`` (one port for all); OSError if one fails."""
     hosts = listen_hosts(setting)
     wildcard = hosts == list(ALL_INTERFACES)
@@ -47,7 +51,7 @@ async def open_listener(setting: str, port: int) -> MultiListener[SocketStream]:
         for host in hosts:
             try:
                 multi = await anyio.create_tcp_listener(
-                    local_host=host, local_port=port, reuse_port=False
+                    local_host=host, local_port=port, reuse_port=reuse_port
                 )
             except OSError as error:
                 if wildcard and host == "::" and listeners and _no_ipv6(error):

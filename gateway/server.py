@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import cast
@@ -68,10 +69,12 @@ async def serve(
         await node.start()
         position = await link.start() if link is not None else ""
         _tune_gc()
-        listener = await open_listener(settings.amqp_host, settings.amqp_port)
+        listener = await open_listener(settings.amqp_host, settings.amqp_port, settings.reuse_port)
         amqp_port = listener.extra(anyio.abc.SocketAttribute.local_port)
         tls_listener = (
-            await open_listener(settings.amqp_host, settings.tls_port) if tls.amqp else None
+            await open_listener(settings.amqp_host, settings.tls_port, settings.reuse_port)
+            if tls.amqp
+            else None
         )
 
         async with anyio.create_task_group() as tg:
@@ -162,9 +165,25 @@ async def _serve_admin(
         config.load()
         config.ssl = tls.context
     server = uvicorn.Server(config)
-    sockets = [config.bind_socket()]
+    sockets = [_admin_socket(settings) if settings.reuse_port else config.bind_socket()]
     task_status.started(sockets[0].getsockname()[1])
     await server.serve(sockets=sockets)
+
+
+def _admin_socket(settings: GatewaySettings) -> socket.socket:
+    """The admin listen socket with SO_REUSEPORT (uvicorn's own binding cannot set it), so
+    the workers of `mqgw serve --workers` share the admin port as they share AMQP's."""
+    host = settings.admin_host
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)  # as uvicorn
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, settings.admin_port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 def run(settings: GatewaySettings, backend: str = "asyncio") -> None:

@@ -120,6 +120,11 @@ class GatewaySettings(BaseSettings):
     meta: str | None = Field(
         None, description="cluster: metadata store URL, redis://H:P/N (none: embedded node)"
     )
+    reuse_port: bool = Field(
+        False,
+        description="SO_REUSEPORT on the AMQP and admin listeners: several gateway processes "
+        "share one port (set by `mqgw serve --workers`)",
+    )
 
     vhosts: list[str] = Field(
         default_factory=lambda: ["/"], description="virtual hosts created at start"

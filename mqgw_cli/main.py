@@ -56,6 +56,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     for var in resolved.unknown_env:
         log.warning("environment variable %s names no setting: ignored", var)
+    if args.workers != 1:  # the cluster topology on this host: mqgw_cli/serve_workers.py
+        from mqgw_cli.serve_workers import run as run_workers
+
+        return run_workers(args, resolved.settings)
     run(resolved.settings, args.backend)
     return 0
 
@@ -125,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every setting is a flag here; docs/configuration.md lists them.",
     )
     serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N ≥ 2: N gateway processes on one port (SO_REUSEPORT) over a local broker and "
+        "Redis, all supervised by this command (default 1: one embedded node)",
+    )
     add_settings_flags(serve)
     serve.set_defaults(func=_serve, configures_logging=True)
     add_config_commands(commands)

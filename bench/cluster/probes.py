@@ -65,3 +65,35 @@ def log_tail(path: Path, lines: int = 30) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
+
+
+_TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for LISTEN
+
+
+def listening(pid: int, port: int) -> bool:
+    """Process ``pid`` has a TCP socket listening on ``port`` (Linux: its /proc/<pid>/fd
+    against /proc/net/tcp{,6}). With SO_REUSEPORT several processes listen on one port and
+    connecting to it says nothing of a particular one; this does."""
+    inodes = set()
+    try:
+        entries = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # gone (or not ours)
+        return False
+    for entry in entries:
+        try:
+            link = str(entry.readlink())
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[3] == _TCP_LISTEN and fields[9] in inodes:
+                return True
+    return False
