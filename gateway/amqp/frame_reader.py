@@ -19,7 +19,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gateway.amqp import publish_cut, twins
 from gateway.amqp.errors import FrameError, frame_error_detail
+
+# The publish cutter in use: its compiled twin when built (gateway/amqp/twins.py).
+cut_publish = twins.pick(publish_cut.cut_publish)
+PublishFrames = publish_cut.PublishFrames  # what next_publish returns
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2
@@ -34,9 +39,6 @@ PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 
 _FRAME_HEAD = struct.Struct(">BHI")
-_PUBLISH_INDEX = 0x003C0028  # class 60 (basic), method 40 (publish)
-_METHOD_HEAD = struct.Struct(">BHII")  # frame head + method index
-_CONTENT_FRAME_HEAD = struct.Struct(">BHIHHQ")  # frame head + class id, weight, body size
 _MIN_PAYLOAD = {FRAME_METHOD: 4, FRAME_HEADER: 12, FRAME_BODY: 0}
 
 
@@ -57,19 +59,6 @@ class RawFrame(NamedTuple):
     frame_type: int
     channel: int
     payload: bytes
-
-
-class PublishFrames(NamedTuple):
-    """basic.publish + content header + one body frame, cut in one step: the method's
-    payload, the header's property bytes (after class, weight and body size) and the body."""
-
-    channel: int
-    method: bytes
-    properties: bytes
-    body: bytes
-
-
-_make_tuple = tuple.__new__
 
 
 class FrameReader:
@@ -103,68 +92,14 @@ class FrameReader:
     def next_publish(self, accept: Callable[[int], bool]) -> PublishFrames | None:
         """The fast path for the hot inbound message: basic.publish, its content header and a
         single body frame, all complete in the buffer and on one channel that ``accept``s
-        them. Anything else, or anything unusual (an oversized or malformed frame, a bad
-        frame-end, a content header of another class or weight, several body frames), is
-        None and left for next_frame, which validates and reports it frame by frame.
-        The three frame heads are read with one struct call each (method id and content
-        header fields included): this runs once per message."""
+        them (publish_cut.cut_publish). Anything else, or anything unusual, is None and left
+        for next_frame, which validates and reports it frame by frame."""
         if self.broken or self.expect_protocol_header:
             return None
-        buf = self._buf
-        size = len(buf)
-        pos = self._pos
-        if pos + 11 > size:
+        cut = cut_publish(self._buf, self._pos, self.frame_max, accept)
+        if cut is None:
             return None
-        kind, channel, method_size, method_id = _METHOD_HEAD.unpack_from(buf, pos)
-        method_start = pos + FRAME_HEADER_SIZE
-        method_end = method_start + method_size
-        frame_max = self.frame_max
-        if (
-            kind != FRAME_METHOD
-            or method_id != _PUBLISH_INDEX
-            or method_size > frame_max
-            or method_end + 1 + _CONTENT_FRAME_HEAD.size > size
-            or buf[method_end] != FRAME_END
-        ):
-            return None
-        head_at = method_end + 1
-        kind, number, head_size, class_id, weight, body_size = _CONTENT_FRAME_HEAD.unpack_from(
-            buf, head_at
-        )
-        head_end = head_at + FRAME_HEADER_SIZE + head_size
-        if (
-            kind != FRAME_HEADER
-            or number != channel
-            or head_size < 12
-            or head_size > frame_max
-            or class_id != 60
-            or weight != 0
-            or body_size == 0
-            or body_size > frame_max
-            or head_end + 1 + FRAME_HEADER_SIZE + body_size >= size
-            or buf[head_end] != FRAME_END
-        ):
-            return None
-        body_at = head_end + 1
-        kind, number, frame_size = _FRAME_HEAD.unpack_from(buf, body_at)
-        body_start = body_at + FRAME_HEADER_SIZE
-        body_end = body_start + body_size
-        if (
-            kind != FRAME_BODY
-            or number != channel
-            or frame_size != body_size
-            or buf[body_end] != FRAME_END
-            or not accept(channel)
-        ):
-            return None
-        self._pos = body_end + 1
-        fields = (
-            channel,
-            bytes(buf[method_start:method_end]),
-            bytes(buf[head_at + FRAME_HEADER_SIZE + 12 : head_end]),
-            bytes(buf[body_start:body_end]),
-        )
-        frames: PublishFrames = _make_tuple(PublishFrames, fields)  # no Python-level __new__
+        self._pos, frames = cut
         return frames
 
     def next_frame(self) -> RawFrame | ProtocolHeaderReceived | None:

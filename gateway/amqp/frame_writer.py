@@ -18,11 +18,10 @@ from collections.abc import Iterator
 
 from pamqp import base, commands
 
-from gateway.amqp import unchecked
+from gateway.amqp import deliver_frame, twins, unchecked
 from gateway.amqp.errors import reply_text_bytes, truncate_shortstr
 from gateway.amqp.frame_reader import (
     FRAME_BODY,
-    FRAME_END,
     FRAME_HEADER,
     FRAME_HEARTBEAT,
     FRAME_METHOD,
@@ -31,6 +30,9 @@ from gateway.amqp.frame_reader import (
 
 # Stored messages arrive as memoryview slices of one read: framing them must not copy.
 Buffer = bytes | bytearray | memoryview
+
+# The one-write deliver in use: its compiled twin when built (gateway/amqp/twins.py).
+deliver_one_write = twins.pick(deliver_frame.deliver_one_write)
 
 FRAME_END_BYTES = b"\xce"
 BASIC_CLASS_ID = 60
@@ -173,67 +175,24 @@ def deliver(
 ) -> list[Buffer]:
     """basic.deliver + content header + body frames.
 
-    The hot outbound frame: a body that fits one frame goes out as one string built from
-    four struct packs and the variable parts (the consumer tag's shortstr is cached)."""
-    tag = _consumer_tags.get(consumer_tag)
-    if tag is None:
-        tag = _cache_consumer_tag(consumer_tag)
-    if not isinstance(exchange, bytes):
-        exchange = exchange.encode("utf-8")
-    if not isinstance(routing_key, bytes):
-        routing_key = routing_key.encode("utf-8")
-    body_size = len(body)
-    if len(exchange) > 255 or len(routing_key) > 255 or body_size > frame_max - FRAME_OVERHEAD:
-        args = b"".join(
-            (
-                tag,
-                _TAG_BIT.pack(delivery_tag, 1 if redelivered else 0),
-                _shortstr(exchange),
-                _shortstr(routing_key),
-            )
+    The hot outbound frame: a body that fits one frame goes out as one string
+    (deliver_frame.deliver_one_write); a larger one as views of the body."""
+    frame = deliver_one_write(
+        channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
+        properties_bytes, body, frame_max,
+    )  # fmt: skip
+    if frame is not None:
+        return [frame]
+    args = b"".join(
+        (
+            _shortstr(consumer_tag),
+            _TAG_BIT.pack(delivery_tag, 1 if redelivered else 0),
+            _shortstr(exchange),
+            _shortstr(routing_key),
         )
-        method_frame = _method_frame(channel, _DELIVER_ID, args)
-        return _with_content(channel, method_frame, properties_bytes, body, frame_max)
-    method_size = 4 + len(tag) + 11 + len(exchange) + len(routing_key)
-    parts: list[Buffer] = [
-        _DELIVER_HEAD.pack(FRAME_METHOD, channel, method_size, 60, 60),
-        tag,
-        _TAG_BIT_LEN.pack(delivery_tag, 1 if redelivered else 0, len(exchange)),
-        exchange,
-        _LENGTHS[len(routing_key)],
-        routing_key,
-        _END_CONTENT_HEAD.pack(
-            FRAME_END,
-            FRAME_HEADER,
-            channel,
-            _CONTENT_HEADER_FIXED + len(properties_bytes),
-            BASIC_CLASS_ID,
-            0,
-            body_size,
-        ),
-        properties_bytes,
-    ]
-    if body_size:
-        parts += (_END_FRAME_HEAD.pack(FRAME_END, FRAME_BODY, channel, body_size), body)
-    parts.append(FRAME_END_BYTES)
-    return [b"".join(parts)]
-
-
-_consumer_tags: dict[str | bytes, bytes] = {}  # consumer tag -> its shortstr
-_CONSUMER_TAGS_MAX = 65536
-_LENGTHS = [bytes((n,)) for n in range(256)]
-_DELIVER_HEAD = struct.Struct(">BHIHH")  # frame head + class, method
-_TAG_BIT_LEN = struct.Struct(">QBB")  # delivery tag, redelivered, exchange length
-_END_CONTENT_HEAD = struct.Struct(">BBHIHHQ")  # frame end + content header up to properties
-_END_FRAME_HEAD = struct.Struct(">BBHI")  # frame end + frame head
-
-
-def _cache_consumer_tag(consumer_tag: str | bytes) -> bytes:
-    encoded = _shortstr(consumer_tag)  # raises for a tag over 255 bytes: nothing cached
-    if len(_consumer_tags) >= _CONSUMER_TAGS_MAX:
-        _consumer_tags.clear()
-    _consumer_tags[consumer_tag] = encoded
-    return encoded
+    )
+    method_frame = _method_frame(channel, _DELIVER_ID, args)
+    return _with_content(channel, method_frame, properties_bytes, body, frame_max)
 
 
 def get_ok(
