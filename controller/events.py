@@ -1,5 +1,6 @@
 """What the decision step is told. Apply makes these from what it reads in Redis and from the
-results of its writes; the simulation makes the same ones. Times are Redis's, in ms."""
+results of its writes; the simulation makes the same ones, and its store sends a lease result
+or a group record as the event itself (controller/sim/messages.py). Times are Redis's, in ms."""
 
 from __future__ import annotations
 

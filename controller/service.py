@@ -100,10 +100,7 @@ class ControllerService:
             if self._unreachable:
                 log.info("controller %s: Redis answers again", self.name)
                 self._unreachable = False
-            actions: list[Action] = []
-            for event in self.observer.events(snapshot, self.state):
-                actions += step(self.state, event)
-            for action in actions:
+            for action in self.observer.decide(snapshot, self.state):
                 await self._carry_out(action)
         except UNREACHABLE as error:
             if not self._unreachable:

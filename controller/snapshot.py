@@ -1,11 +1,13 @@
 """What the controller reads from Redis each tick, and how it becomes events. Pure: the
-Redis apply and the simulation both build a ``Snapshot`` and feed ``Observer.events``."""
+Redis apply and the simulation both build a ``Snapshot`` and decide on it with
+``Observer.decide``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.decide import ControllerState
+from controller.actions import Action
+from controller.decide import ControllerState, step
 from controller.events import (
     Event,
     GroupRead,
@@ -37,6 +39,13 @@ class Observer:
 
     name: str
     run_id: str = ""
+
+    def decide(self, snapshot: Snapshot, state: ControllerState) -> list[Action]:
+        """Feed every event of ``snapshot`` to the decision step; its actions, in order."""
+        actions: list[Action] = []
+        for event in self.events(snapshot, state):
+            actions += step(state, event)
+        return actions
 
     def events(self, snapshot: Snapshot, state: ControllerState) -> list[Event]:
         found: list[Event] = []

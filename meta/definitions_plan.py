@@ -35,7 +35,13 @@ from meta.definitions import (
     UserIn,
     VHostIn,
 )
-from meta.errors import AccessRefused, MetaError, exchange_not_found, queue_not_found
+from meta.errors import (
+    AccessRefused,
+    MetaError,
+    exchange_not_found,
+    queue_not_found,
+    resource_name,
+)
 from meta.models import (
     BUILTIN_EXCHANGE_TYPES,
     DELAYED_MESSAGE_EXCHANGE_TYPE,
@@ -289,7 +295,7 @@ class _Planner:
             checks.assert_exchange_equivalent(current, new)
             self.count("exchanges", "present")
             return
-        resource = f"exchange '{entry.name}' in vhost '{vhost}'"
+        resource = resource_name("exchange", entry.name, vhost)
         checks.check_exchange_name_arg(new.arguments, {}, "alternate-exchange", resource)
         if new.type == DELAYED_MESSAGE_EXCHANGE_TYPE:
             checks.check_delayed_exchange(new)
@@ -316,7 +322,7 @@ class _Planner:
             checks.assert_queue_equivalent(current, new)
             self.count("queues", "present")
             return
-        resource = f"queue '{entry.name}' in vhost '{vhost}'"
+        resource = resource_name("queue", entry.name, vhost)
         checks.check_exchange_name_arg(new.arguments, {}, "x-dead-letter-exchange", resource)
         check_queue_arguments(new)
         self.queues[(vhost, new.name)] = new

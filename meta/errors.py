@@ -7,16 +7,30 @@ This module knows nothing about the gateway (meta must not import gateway).
 
 from __future__ import annotations
 
+# The AMQP 0-9-1 spec's name for each reply code these errors carry.
+REPLY_NAMES = {
+    403: "ACCESS_REFUSED",
+    404: "NOT_FOUND",
+    405: "RESOURCE_LOCKED",
+    406: "PRECONDITION_FAILED",
+    503: "COMMAND_INVALID",
+    530: "NOT_ALLOWED",
+    541: "INTERNAL_ERROR",
+}
+
 
 class MetaError(Exception):
-    """Base class: ``reply_code``/``reply_name`` as in the AMQP 0-9-1 spec."""
+    """Base class: ``reply_code`` (and its ``reply_name``) as in the AMQP 0-9-1 spec."""
 
     reply_code: int = 541
-    reply_name: str = "INTERNAL_ERROR"
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+    @property
+    def reply_name(self) -> str:
+        return REPLY_NAMES[self.reply_code]
 
     @property
     def reply_text(self) -> str:
@@ -26,36 +40,30 @@ class MetaError(Exception):
 
 class AccessRefused(MetaError):
     reply_code = 403
-    reply_name = "ACCESS_REFUSED"
 
 
 class NotFound(MetaError):
     reply_code = 404
-    reply_name = "NOT_FOUND"
 
 
 class ResourceLocked(MetaError):
     reply_code = 405
-    reply_name = "RESOURCE_LOCKED"
 
 
 class PreconditionFailed(MetaError):
     reply_code = 406
-    reply_name = "PRECONDITION_FAILED"
 
 
 class CommandInvalid(MetaError):
     """Connection-level (503); e.g. an unknown exchange type."""
 
     reply_code = 503
-    reply_name = "COMMAND_INVALID"
 
 
 class NotAllowed(MetaError):
     """Connection-level (530); e.g. an unknown vhost."""
 
     reply_code = 530
-    reply_name = "NOT_ALLOWED"
 
 
 def resource_name(kind: str, name: str, vhost: str) -> str:
@@ -85,4 +93,3 @@ class MetadataUnavailable(MetaError):
     """
 
     reply_code = 405
-    reply_name = "RESOURCE_LOCKED"

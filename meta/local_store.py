@@ -56,7 +56,7 @@ from meta.models import (
     User,
     VHost,
 )
-from meta.password import check_password, hash_password
+from meta.password import hash_password
 from meta.serialization import dump as _dump
 from meta.serialization import load as _load
 from meta.state import MetadataState
@@ -272,9 +272,7 @@ class LocalMetadataStore:
 
     async def authenticate(self, name: str, password: str) -> User | None:
         user = self._users.get(name)
-        if user is None or not check_password(password, user.password_hash, user.hashing_algorithm):
-            return None
-        return user
+        return user if user is not None and user.accepts(password) else None
 
     async def set_permission(self, permission: Permission) -> None:
         if permission.vhost not in self._state.vhosts:
@@ -350,7 +348,10 @@ class LocalMetadataStore:
         return list(self._state.vhost(vhost).exchanges.values())
 
     async def delete_exchange(self, vhost: str, name: str, if_unused: bool = False) -> Deletions:
-        deletions = self._state.delete_exchange(vhost, name, if_unused)
+        return await self._removed(self._state.delete_exchange(vhost, name, if_unused))
+
+    async def _removed(self, deletions: Deletions) -> Deletions:
+        """Publish what a removal took away (cascades included) and persist it if durable."""
         self._feed.publish(deletion_changes(deletions))
         await self._commit_if(deletions.touches_durable)
         return deletions
@@ -381,15 +382,10 @@ class LocalMetadataStore:
         check_exclusive: bool = True,
     ) -> Deletions:
         deletions = self._state.delete_queue(vhost, name, connection_id, check_exclusive)
-        self._feed.publish(deletion_changes(deletions))
-        await self._commit_if(deletions.touches_durable)
-        return deletions
+        return await self._removed(deletions)
 
     async def delete_exclusive_queues(self, owner: str) -> Deletions:
-        deletions = self._state.delete_exclusive_queues(owner)
-        self._feed.publish(deletion_changes(deletions))
-        await self._commit_if(deletions.touches_durable)
-        return deletions
+        return await self._removed(self._state.delete_exclusive_queues(owner))
 
     # --- bindings ---
 
@@ -413,9 +409,7 @@ class LocalMetadataStore:
         check_exclusive: bool = True,
     ) -> Deletions:
         deletions = self._state.unbind(binding, connection_id, check_exclusive)
-        self._feed.publish(deletion_changes(deletions))
-        await self._commit_if(deletions.touches_durable)
-        return deletions
+        return await self._removed(deletions)
 
     async def list_bindings(self, vhost: str) -> list[BindingDef]:
         state = self._state.vhost(vhost)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from meta.amqp_values import erlang_term, infer_type
+from meta.password import check_password
 
 # Built-in exchange types; plugins (x-delayed-message, ...) register more in the store.
 BUILTIN_EXCHANGE_TYPES: frozenset[str] = frozenset({"direct", "fanout", "topic", "headers"})
@@ -57,6 +58,10 @@ class User(_Model):
     @property
     def is_administrator(self) -> bool:
         return "administrator" in self.tags
+
+    def accepts(self, password: str) -> bool:
+        """``password`` is this user's (checked against the hash, in constant time)."""
+        return check_password(password, self.password_hash, self.hashing_algorithm)
 
 
 class Permission(_Model):

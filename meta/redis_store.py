@@ -29,7 +29,6 @@ from meta import checks
 from meta.change_feed import ChangeEvent, change, deletion_changes, vhost_deleted_changes
 from meta.errors import vhost_not_found
 from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, User, VHost
-from meta.password import check_password
 from meta.redis_base import RedisStoreBase
 from meta.redis_cluster import RedisClusterRegistry
 from meta.redis_feed import current_position, follow_changes
@@ -257,9 +256,7 @@ class RedisMetadataStore(RecordsMixin, RedisClusterRegistry, RedisStoreBase):
 
     async def authenticate(self, name: str, password: str) -> User | None:
         user = await self.get_user(name)
-        if user is None or not check_password(password, user.password_hash, user.hashing_algorithm):
-            return None
-        return user
+        return user if user is not None and user.accepts(password) else None
 
     # --- change feed ---
 

@@ -19,7 +19,6 @@ from controller.events import GroupRead, LeaseAcquired, LeaseLost
 from controller.model import GroupRecord
 from controller.sim.messages import (
     HoldCall,
-    HoldReply,
     PublishCall,
     PublishReply,
     ReadCall,
@@ -27,7 +26,6 @@ from controller.sim.messages import (
     ReadLogReply,
     ReadReply,
     RecordCall,
-    RecordReply,
     WriteCall,
     WriteReply,
 )
@@ -64,14 +62,10 @@ class SimController(Node):
     def receive(self, src: str, message: Any) -> None:
         match message:
             case ReadReply(snapshot):
-                actions = []
-                for event in self.observer.events(snapshot, self.state):
-                    actions += step(self.state, event)
-                for action in actions:
+                for action in self.observer.decide(snapshot, self.state):
                     self._apply(action)
-            case HoldReply(token, expires_ms, holder):
-                event = LeaseAcquired(token, expires_ms) if token else LeaseLost(holder)
-                step(self.state, event)
+            case LeaseAcquired() | LeaseLost():  # the store's answer to HoldCall
+                step(self.state, message)
             case WriteReply(action, result):
                 if result.record is not None:
                     step(self.state, GroupRead(result.record))
@@ -108,7 +102,7 @@ class Follower(Node):
         self.timer(self.refresh_ms, self._refresh)
 
     def receive(self, src: str, message: Any) -> None:
-        if isinstance(message, RecordReply):
+        if isinstance(message, GroupRead):  # the store's answer to RecordCall
             record = message.record
             if (record.epoch, record.version) >= (self.record.epoch, self.record.version):
                 moved = record.master != self.record.master

@@ -1,5 +1,7 @@
 """Every message of the simulation. A request carries its sender's incarnation (``inc``)
-so that the reply goes to that incarnation only."""
+so that the reply goes to that incarnation only. The store answers ``HoldCall`` and
+``RecordCall`` with the controller's own events (``LeaseAcquired`` or ``LeaseLost``, as
+``RedisApply.hold`` does; ``GroupRead``), so those answers have no message type here."""
 
 from __future__ import annotations
 
@@ -18,13 +20,6 @@ Entry = tuple[int, int]  # (epoch, message id): one commitlog record
 @dataclass(frozen=True, slots=True)
 class HoldCall:
     inc: int
-    holder: str
-
-
-@dataclass(frozen=True, slots=True)
-class HoldReply:
-    token: int  # 0: somebody else holds it
-    expires_ms: int
     holder: str
 
 
@@ -70,11 +65,6 @@ class WriteReply:
 class RecordCall:
     inc: int
     group: str
-
-
-@dataclass(frozen=True, slots=True)
-class RecordReply:
-    record: GroupRecord
 
 
 # -- replication, between a slave and its master --

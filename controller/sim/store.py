@@ -29,16 +29,15 @@ from controller.actions import (
     Write,
     WriteResult,
 )
+from controller.events import GroupRead, LeaseAcquired, LeaseLost
 from controller.model import GroupRecord, LagReport, ReplicaReport
 from controller.sim.messages import (
     HeartbeatCall,
     HeartbeatReply,
     HoldCall,
-    HoldReply,
     ReadCall,
     ReadReply,
     RecordCall,
-    RecordReply,
     WriteCall,
     WriteReply,
 )
@@ -67,16 +66,16 @@ class StoreModel:
 
     # -- the leader lease --
 
-    def hold(self, holder: str, ttl_ms: int, now_ms: int) -> tuple[int, int, str]:
-        """(token, expires, holder): take or extend; token 0 if another holds it."""
+    def hold(self, holder: str, ttl_ms: int, now_ms: int) -> LeaseAcquired | LeaseLost:
+        """Take or extend the lease (``RedisApply.hold``'s answer); lost if another holds it."""
         lease = self._lease(now_ms)
         if lease is not None and lease.holder != holder:
-            return 0, lease.expires_ms, lease.holder
+            return LeaseLost(lease.holder)
         if lease is None:
             self.tokens += 1
             lease = self.lease = Lease(holder, self.tokens, 0)
         lease.expires_ms = now_ms + ttl_ms
-        return lease.token, lease.expires_ms, holder
+        return LeaseAcquired(lease.token, lease.expires_ms)
 
     def drop(self, holder: str, now_ms: int) -> None:
         lease = self._lease(now_ms)
@@ -264,8 +263,7 @@ class SimStore(Node):
             case ReadCall(inc):
                 self.send(src, ReadReply(model.snapshot(now, self.run_id)), inc)
             case HoldCall(inc, holder):
-                token, expires_ms, held_by = model.hold(holder, self.lease_ms, now)
-                self.send(src, HoldReply(token, expires_ms, held_by), inc)
+                self.send(src, model.hold(holder, self.lease_ms, now), inc)
             case WriteCall(inc, holder, action):
                 token = int(holder.rpartition(" ")[2])
                 name = holder.rpartition(" ")[0]
@@ -275,4 +273,4 @@ class SimStore(Node):
                     self.on_write(result.record)
                 self.send(src, WriteReply(action, result), inc)
             case RecordCall(inc, group):
-                self.send(src, RecordReply(model.record(group)), inc)
+                self.send(src, GroupRead(model.record(group)), inc)

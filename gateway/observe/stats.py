@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
@@ -57,6 +57,12 @@ class QueueSample(NamedTuple):
     ready: int
     unacked: int
 
+    def traffic(self) -> tuple[int, int, int]:
+        return self.published, self.delivered, self.acked
+
+    def lengths(self) -> tuple[int, int, int]:
+        return self.messages, self.ready, self.unacked
+
 
 def queue_unacked(queue: QueueRuntime) -> int:
     """Delivered and not yet settled: what the exact counts leave over (see QueueRuntime)."""
@@ -74,6 +80,22 @@ def _queue_sample(queue: QueueRuntime, now: float) -> QueueSample:
 
 def _rate(older: float, newer: float, seconds: float) -> float:
     return round((newer - older) / seconds, 1) if seconds > 0 else 0.0
+
+
+def _rates(
+    pair: tuple[QueueSample, QueueSample] | None,
+    counters: Callable[[QueueSample], tuple[int, int, int]],
+) -> tuple[float, float, float]:
+    """Change per second of three ``counters`` between two samples (none yet: zeros)."""
+    if pair is None:
+        return 0.0, 0.0, 0.0
+    old, new = pair
+    seconds = new.at - old.at
+    first, second, third = (
+        _rate(older, newer, seconds)
+        for older, newer in zip(counters(old), counters(new), strict=True)
+    )
+    return first, second, third
 
 
 class NodeStats:
@@ -213,41 +235,16 @@ class NodeStats:
 
     def queue_rates(self, queue: QueueRuntime) -> tuple[float, float, float]:
         """(publish, deliver_get, ack) per second between the queue's last two samples."""
-        pair = self.queue_samples.get(queue.queue_id)
-        if pair is None:
-            return 0.0, 0.0, 0.0
-        old, new = pair
-        seconds = new.at - old.at
-        return (
-            _rate(old.published, new.published, seconds),
-            _rate(old.delivered, new.delivered, seconds),
-            _rate(old.acked, new.acked, seconds),
-        )
+        return _rates(self.queue_samples.get(queue.queue_id), QueueSample.traffic)
 
     def queue_length_rates(self, queue: QueueRuntime) -> tuple[float, float, float]:
         """(messages, ready, unacked) change per second between the queue's last samples."""
-        pair = self.queue_samples.get(queue.queue_id)
-        if pair is None:
-            return 0.0, 0.0, 0.0
-        old, new = pair
-        seconds = new.at - old.at
-        return (
-            _rate(old.messages, new.messages, seconds),
-            _rate(old.ready, new.ready, seconds),
-            _rate(old.unacked, new.unacked, seconds),
-        )
+        return _rates(self.queue_samples.get(queue.queue_id), QueueSample.lengths)
 
     def length_rates(self) -> tuple[float, float, float]:
         """(messages, ready, unacked) change per second over the node's queues."""
-        if len(self.queue_totals) < 2:
-            return 0.0, 0.0, 0.0
-        old, new = self.queue_totals[-2], self.queue_totals[-1]
-        seconds = new.at - old.at
-        return (
-            _rate(old.messages, new.messages, seconds),
-            _rate(old.ready, new.ready, seconds),
-            _rate(old.unacked, new.unacked, seconds),
-        )
+        totals = self.queue_totals
+        return _rates((totals[-2], totals[-1]) if len(totals) >= 2 else None, QueueSample.lengths)
 
 
 def queue_message_stats(stats: NodeStats, queue: QueueRuntime) -> dict[str, Any]:

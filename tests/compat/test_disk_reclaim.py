@@ -45,17 +45,26 @@ def drain(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, n: 
     return got
 
 
+def busy_and_stuck(
+    conn: pika.BlockingConnection,
+) -> pika.adapters.blocking_connection.BlockingChannel:
+    """A channel with confirms after one message to queue "stuck" (nobody reads it, so it
+    pins the log) and 10,000 to queue "busy" (~10 MB over ~10 segments)."""
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("busy", durable=True)
+    ch.queue_declare("stuck", durable=True)
+    ch.basic_publish("", "stuck", b"000000 read me later")
+    publish(ch, "busy", 10_000)
+    return ch
+
+
 def test_draining_empties_the_disk_and_an_unread_queue_keeps_its_messages(tmp_path: Path) -> None:
     data = tmp_path / "data"
     gateway = GatewayProcess(data, ["--admin-port", str(free_port())], env=ENV).start()
     try:
         with pika.BlockingConnection(pika.URLParameters(gateway.url)) as conn:
-            ch = conn.channel()
-            ch.confirm_delivery()
-            ch.queue_declare("busy", durable=True)
-            ch.queue_declare("stuck", durable=True)
-            ch.basic_publish("", "stuck", b"000000 read me later")
-            publish(ch, "busy", 10_000)  # ~10 MB over ~10 segments
+            ch = busy_and_stuck(conn)
             assert commitlog_bytes(data) > 8 * SEGMENT
             assert drain(ch, "busy", 10_000) == list(range(10_000))
             stuck = gateway.admin("GET", "/api/queues/%2F/stuck")[1]["mqgw"]
@@ -116,12 +125,7 @@ def test_with_the_collector_a_stuck_message_no_longer_pins_the_log(tmp_path: Pat
     gateway = GatewayProcess(data, ["--admin-port", str(free_port())], env=env).start()
     try:
         with pika.BlockingConnection(pika.URLParameters(gateway.url)) as conn:
-            ch = conn.channel()
-            ch.confirm_delivery()
-            ch.queue_declare("busy", durable=True)
-            ch.queue_declare("stuck", durable=True)
-            ch.basic_publish("", "stuck", b"000000 read me later")
-            publish(ch, "busy", 10_000)
+            ch = busy_and_stuck(conn)
             assert drain(ch, "busy", 10_000) == list(range(10_000))
             # The collector copies the stuck message forward; reclaim frees what it pinned.
             check_for(20, lambda: commitlog_bytes(data) <= 2 * SEGMENT)

@@ -8,14 +8,13 @@ The program is tests/compat/java/Client.java, compiled with the JDK's javac for 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from bench.servers import free_port
-from tests.compat.client_programs import MESSAGES, check_outcome, run_client
+from tests.compat.client_programs import ALL_HEADERS, MESSAGES, build, check_outcome, run_client
 from tests.harness.processes import GatewayProcess, die_with_parent
 
 JAVA_DIR = Path(__file__).parent / "java"
@@ -27,31 +26,16 @@ RUNTIME_JARS = [
     Path("/usr/share/java/slf4j-simple.jar"),
 ]
 N = MESSAGES
-# Headers of the first message as the program prints them (every message carries these plus
-# its index "i"): timestamps in seconds, bytes in hex, decimals as text.
-EXPECTED_HEADERS = {
-    "str": "héllo ✓",
-    "i64": 1 << 40,
-    "bool": True,
-    "dbl": 2.5,
-    "table": {"k": "v", "n": 7},
-    "array": [1, "two", False],
-    "ts": 1700000000,
-    "bytes": "0001ff",
-    "dec": "123.45",
-}
 
 
 @pytest.fixture(scope="module")
 def java_command(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """`java -cp … Client`, compiled once for this module."""
-    assert shutil.which("javac") and CLIENT_JAR.is_file(), "run scripts/setup-dev first"
     classes = tmp_path_factory.mktemp("java")
-    subprocess.run(
+    build(
         ["javac", "-Xlint:all", "-Werror", "-d", str(classes), "-cp", str(CLIENT_JAR),
          str(JAVA_DIR / "Client.java")],
-        check=True,
-        timeout=120,
+        needs=[CLIENT_JAR],
     )  # fmt: skip
     classpath = ":".join(str(path) for path in [classes, *RUNTIME_JARS])
     return ["java", "-cp", classpath, "Client"]
@@ -60,7 +44,7 @@ def java_command(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def test_java_client_confirms_acks_and_direct_reply_to(
     gateway: GatewayProcess, java_command: list[str]
 ) -> None:
-    check_outcome(run_client([*java_command, gateway.url, "basic", str(N)]), EXPECTED_HEADERS)
+    check_outcome(run_client([*java_command, gateway.url, "basic", str(N)]), ALL_HEADERS)
 
 
 @pytest.fixture(scope="module")

@@ -116,8 +116,7 @@ class Model:
     async def run(self, operation: str, args: tuple[Any, ...]) -> Any:
         self.now += 1
         if operation == "hold":
-            token, expires_ms, holder = self.store.hold(args[0], 60_000, self.now)
-            return LeaseAcquired(token, expires_ms) if token else LeaseLost(holder)
+            return self.store.hold(args[0], 60_000, self.now)
         if operation == "beat":
             report, lag = args
             return replace(self.store.heartbeat(report, lag, self.now), changed_ms=0)

@@ -38,6 +38,32 @@ def run_both(servers: list[Server], scenario: Scenario, prefix: str) -> tuple[An
     return rabbit, gateway
 
 
+def declare_outcomes(
+    server: Server,
+    prefix: str,
+    argument_tables: list[dict[str, Any]],
+    durable: Callable[[dict[str, Any]], bool],
+) -> list[Any]:
+    """Declare ``<prefix>-<i>`` with each argument table, each on a fresh connection: the
+    queue's name, or the channel close it led to (``describe_close``). What was declared is
+    deleted again."""
+    outcomes = []
+    for i, arguments in enumerate(argument_tables):
+        with server.raw() as client:
+            client.open_channel(1)
+            queue = f"{prefix}-{i}"
+            declare = commands.Queue.Declare(
+                queue=queue, durable=durable(arguments), arguments=arguments
+            )
+            reply = client.rpc(1, declare)
+            if isinstance(reply, commands.Channel.Close):
+                outcomes.append(describe_close(reply))
+                continue
+            outcomes.append(reply.name)
+            client.rpc(1, commands.Queue.Delete(queue=queue))
+    return outcomes
+
+
 def channel_error(call: Callable[[], object]) -> tuple[Any, ...]:
     """What a pika call led to: ('ok', result) or ('channel', code, text) for a close."""
     try:

@@ -13,8 +13,8 @@ from typing import Any
 
 from pamqp import commands as c
 
-from tests.diff.raw import Message, RawClient, describe_close
-from tests.diff.support import Server, run_both
+from tests.diff.raw import Message, RawClient
+from tests.diff.support import Server, declare_outcomes, run_both
 from tests.harness.processes import check_for
 
 ARGUMENTS: list[dict[str, Any]] = [
@@ -36,18 +36,7 @@ ARGUMENTS: list[dict[str, Any]] = [
 
 def test_declare_like_rabbitmq(servers: list[Server], names: str) -> None:
     def scenario(server: Server, p: str) -> Any:
-        outcomes = []
-        for i, arguments in enumerate(ARGUMENTS):
-            with server.raw() as client:
-                client.open_channel(1)
-                declare = c.Queue.Declare(queue=f"{p}-{i}", durable=True, arguments=arguments)
-                reply = client.rpc(1, declare)
-                if isinstance(reply, c.Channel.Close):
-                    outcomes.append(describe_close(reply))
-                    continue
-                outcomes.append(reply.name)
-                client.rpc(1, c.Queue.Delete(queue=f"{p}-{i}"))
-        return outcomes
+        return declare_outcomes(server, p, ARGUMENTS, durable=lambda _: True)
 
     rabbit, gateway = run_both(servers, scenario, names)
     assert gateway == rabbit

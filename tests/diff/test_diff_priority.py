@@ -15,10 +15,8 @@ from typing import Any
 
 import pika
 import pytest
-from pamqp import commands as c
 
-from tests.diff.raw import describe_close
-from tests.diff.support import Server, drain_get, run_both
+from tests.diff.support import Server, declare_outcomes, drain_get, run_both
 from tests.harness.processes import check_for
 
 QUIET_S = 0.3
@@ -72,23 +70,17 @@ GOOD_ARGUMENTS = [
 
 def test_declare_arguments_like_rabbitmq(servers: list[Server], names: str) -> None:
     def scenario(server: Server, p: str) -> Any:
-        outcomes = []
-        for i, arguments in enumerate(BAD_ARGUMENTS + GOOD_ARGUMENTS):
-            with server.raw() as client:
-                client.open_channel(1)
-                durable = arguments.get("x-queue-type") in ("quorum", "stream")
-                declare = c.Queue.Declare(queue=f"{p}-{i}", durable=durable, arguments=arguments)
-                reply = client.rpc(1, declare)
-                if isinstance(reply, c.Channel.Close):
-                    outcomes.append(describe_close(reply))
-                    continue
-                outcomes.append(reply.name)
-                client.rpc(1, c.Queue.Delete(queue=f"{p}-{i}"))
-        return outcomes
+        tables = BAD_ARGUMENTS + GOOD_ARGUMENTS
+        return declare_outcomes(server, p, tables, durable=_replicated)
 
     rabbit, gateway = run_both(servers, scenario, names)
     assert gateway == rabbit
     assert rabbit[0][2].endswith('"expected integer, got longstr"')  # the issue's case
+
+
+def _replicated(arguments: dict[str, Any]) -> bool:
+    """Quorum and stream queues must be durable."""
+    return arguments.get("x-queue-type") in ("quorum", "stream")
 
 
 def _get_order(server: Server, p: str) -> Any:

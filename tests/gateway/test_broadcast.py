@@ -26,28 +26,9 @@ from meta.models import QueueDef
 from meta.queue_arguments import check_queue_arguments
 from storage import QUEUE_GROUP, EmbeddedStore, FlushPolicy, Record, StoreConfig
 from storage import open_embedded_store as open_store
+from tests.gateway.stub_session import StubSession
 
 PARTITIONS = 2
-
-
-class StubSession:
-    """Books deliveries exactly as the real session does; records who got what."""
-
-    writable = True
-    stopped = False  # consumption controls: none in force
-    limits = None
-
-    def __init__(self) -> None:
-        self.deliveries: list[tuple[str, bytes, bool]] = []
-
-    def deliver(
-        self, consumer: Consumer, queue: QueueRuntime, partition: int, message: Any, again: bool
-    ) -> None:
-        consumer.channel.record_delivery(consumer, queue, partition, message)
-        self.deliveries.append((consumer.tag, bytes(message.body), again))
-
-    def got(self, tag: str) -> list[bytes]:
-        return [body for who, body, _ in self.deliveries if who == tag]
 
 
 class Node:

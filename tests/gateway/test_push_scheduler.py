@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -17,28 +16,7 @@ from gateway.queues.scheduler import PushScheduler
 from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.models import QueueDef
 from storage import EmbeddedStore, FlushPolicy, Record, StoreConfig, open_embedded_store
-
-
-class StubSession:
-    """Books deliveries exactly as the real session does; records who got what."""
-
-    writable = True
-    stopped = False  # consumption controls: none in force
-    limits = None
-
-    def __init__(self) -> None:
-        self.deliveries: list[tuple[str, bytes]] = []
-
-    def deliver(
-        self,
-        consumer: Consumer,
-        queue: QueueRuntime,
-        partition: int,
-        message: Any,
-        redelivered: bool,
-    ) -> None:
-        consumer.channel.record_delivery(consumer, queue, partition, message)
-        self.deliveries.append((queue.name, bytes(message.body)))
+from tests.gateway.stub_session import StubSession
 
 
 def _config(tmp_path: Path) -> StoreConfig:
@@ -105,7 +83,7 @@ def test_a_hot_backlog_does_not_starve_a_thousand_trickle_queues(tmp_path: Path)
                 seen = len(session.deliveries)
                 await scheduler.turn()
                 turns += 1
-                waiting -= {name for name, _ in session.deliveries[seen:] if name != "q1"}
+                waiting -= {name for name in session.queues[seen:] if name != "q1"}
             return turns, len(waiting), hot.delivered
 
     turns, left, hot_delivered = anyio.run(scenario)
@@ -151,7 +129,7 @@ def test_prefetch_holds_exactly_under_random_acks(tmp_path: Path) -> None:
                         d.consumer is consumer for d in consumer.channel.unacked.values()
                     )
                 assert len(shared.unacked) <= 7
-            return [body for _, body in session.deliveries]
+            return [body for _, body, _ in session.deliveries]
 
     bodies = anyio.run(scenario)
     assert sorted(bodies, key=int) == [b"%d" % i for i in range(400)]  # each exactly once
@@ -232,7 +210,7 @@ def test_ten_thousand_queues_cost_no_tasks(tmp_path: Path, queues: int) -> None:
                         await anyio.sleep(0.01)
                 after = len(asyncio.all_tasks())
                 tg.cancel_scope.cancel()
-            return before, after, len({name for name, _ in session.deliveries})
+            return before, after, len(set(session.queues))
 
     before, after, served = anyio.run(scenario)
     assert served == queues

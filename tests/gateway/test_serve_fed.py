@@ -15,7 +15,8 @@ from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef
 from storage import EmbeddedStore, ReadResult, Record, open_embedded_store
-from tests.gateway.test_push_scheduler import StubSession, _config, _consume
+from tests.gateway.stub_session import StubSession
+from tests.gateway.test_push_scheduler import _config, _consume
 
 
 class Reads:
@@ -68,7 +69,7 @@ def test_a_fed_queue_delivers_in_the_publishers_task_without_a_read(tmp_path: Pa
             consumer = _consume(session, queue, no_ack=False, prefetch=2)
             reads = Reads(store, queue.queue_id)
             await _publish(vhost, queue, [b"m0", b"m1", b"m2"])
-            assert [b for _, b in session.deliveries] == [b"m0", b"m1"]  # as far as credit goes
+            assert [b for _, b, _ in session.deliveries] == [b"m0", b"m1"]  # as far as credit goes
             assert scheduler.ready_count == 0 and reads.count == 0
             # An ack returns credit: the turn it gives delivers the rest, still without a read.
             (delivery,) = consumer.channel.pop_deliveries(1, False)
@@ -76,7 +77,7 @@ def test_a_fed_queue_delivers_in_the_publishers_task_without_a_read(tmp_path: Pa
             consumer.unacked -= 1
             scheduler.wake(queue)
             assert await scheduler.turn()
-            assert [b for _, b in session.deliveries] == [b"m0", b"m1", b"m2"]
+            assert [b for _, b, _ in session.deliveries] == [b"m0", b"m1", b"m2"]
             assert reads.count == 0
             # Messages stored while the queue was not caught up are read as before.
             consumer.unacked = 0
@@ -86,7 +87,7 @@ def test_a_fed_queue_delivers_in_the_publishers_task_without_a_read(tmp_path: Pa
             scheduler.wake_new_messages(queue)
             while await scheduler.turn():
                 pass
-            assert [b for _, b in session.deliveries][-1] == b"m3"
+            assert [b for _, b, _ in session.deliveries][-1] == b"m3"
             assert reads.count >= 1
             assert queue.ready_count == 0
 
@@ -110,6 +111,6 @@ def test_queues_with_timers_or_already_ready_take_their_turn(tmp_path: Path) -> 
             assert scheduler.ready_count == 2
             while await scheduler.turn():
                 pass
-            assert sorted(session.deliveries) == [("ready", b"r0"), ("ttl", b"t0")]
+            assert sorted(session.from_queues()) == [("ready", b"r0"), ("ttl", b"t0")]
 
     anyio.run(scenario)

@@ -14,26 +14,7 @@ from gateway.queues.scheduler import PushScheduler
 from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.models import QueueDef
 from storage import EmbeddedStore, FlushPolicy, Record, StoreConfig, open_embedded_store
-
-
-class StubSession:
-    writable = True
-    stopped = False
-    limits = None
-
-    def __init__(self) -> None:
-        self.deliveries: list[tuple[str, bytes, bool]] = []
-
-    def deliver(
-        self,
-        consumer: Consumer,
-        queue: QueueRuntime,
-        partition: int,
-        message: Any,
-        redelivered: bool,
-    ) -> None:
-        consumer.channel.record_delivery(consumer, queue, partition, message)
-        self.deliveries.append((consumer.tag, bytes(message.body), redelivered))
+from tests.gateway.stub_session import StubSession
 
 
 class Setup:

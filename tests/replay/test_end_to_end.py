@@ -132,6 +132,14 @@ def gateway_with(definitions: dict[str, Any], data_dir: Path) -> GatewayServer:
     return gateway
 
 
+def reconcile(trace: Path, gateway: GatewayServer, out: Path) -> int:
+    """`mqgw replay reconcile` of the capture against what the gateway stored."""
+    return main(
+        ["replay", "reconcile", "--capture", str(trace), "--format", "rabbitmq-trace",
+         "--store", str(gateway.data_dir), "--out", str(out)]
+    )  # fmt: skip
+
+
 def test_replay_at_speed_4_arrives_complete_and_in_order(
     spark: SparkSession, recorded: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -159,20 +167,7 @@ def test_replay_at_speed_4_arrives_complete_and_in_order(
         results = pq.read_table(out / "results.parquet").to_pylist()
         assert len(results) == PUBLISHERS * PER_PUBLISHER
         assert {r["outcome"] for r in results} == {"confirmed"}
-        code = main(
-            [
-                "replay",
-                "reconcile",
-                "--capture",
-                str(trace),
-                "--format",
-                "rabbitmq-trace",
-                "--store",
-                str(gateway.data_dir),
-                "--out",
-                str(out),
-            ]
-        )
+        code = reconcile(trace, gateway, out)
         report = json.loads((out / "report.json").read_text())
     finally:
         gateway.stop()
@@ -232,20 +227,7 @@ def test_a_lossy_target_is_reported(
     connection.close()
     out = tmp_path / "reconcile"
     try:
-        code = main(
-            [
-                "replay",
-                "reconcile",
-                "--capture",
-                str(trace),
-                "--format",
-                "rabbitmq-trace",
-                "--store",
-                str(gateway.data_dir),
-                "--out",
-                str(out),
-            ]
-        )
+        code = reconcile(trace, gateway, out)
     finally:
         gateway.stop()
     assert code == 1

@@ -1,0 +1,40 @@
+"""A session stub for tests of the push and broadcast schedulers: it books each delivery on the
+consumer's channel exactly as the real session does, and records who got what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.queues.runtime import QueueRuntime
+from gateway.sessions.channel_state import Consumer
+
+
+class StubSession:
+    writable = True
+    stopped = False  # consumption controls: none in force
+    limits = None
+
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[str, bytes, bool]] = []  # (consumer tag, body, redelivered)
+        self.queues: list[str] = []  # the queue of each delivery, in the same order
+
+    def deliver(
+        self,
+        consumer: Consumer,
+        queue: QueueRuntime,
+        partition: int,
+        message: Any,
+        redelivered: bool,
+    ) -> None:
+        consumer.channel.record_delivery(consumer, queue, partition, message)
+        self.deliveries.append((consumer.tag, bytes(message.body), redelivered))
+        self.queues.append(queue.name)
+
+    def from_queues(self) -> list[tuple[str, bytes]]:
+        """(queue, body) of each delivery, in order."""
+        pairs = zip(self.queues, self.deliveries, strict=True)
+        return [(queue, body) for queue, (_, body, _) in pairs]
+
+    def got(self, tag: str) -> list[bytes]:
+        """The bodies consumer ``tag`` was given, in order."""
+        return [body for who, body, _ in self.deliveries if who == tag]
