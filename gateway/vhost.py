@@ -153,6 +153,8 @@ class VirtualHost:
     ) -> None:
         """Messages were appended to ``queues``: queues that had read everything take them
         from the batch in hand (no read back from the store); apply drop-head limits; wake."""
+        if result is not None and result.refused:
+            self._refused(records, result.refused)
         absorbed = self._absorb(records, result) if result is not None else set()
         for queue in queues:
             if queue.behaviour.has_limits and queue.over_limit():
@@ -161,6 +163,32 @@ class VirtualHost:
                 self.scheduler.serve_fed(queue)
             else:
                 self.scheduler.wake_new_messages(queue)
+
+    def _refused(self, records: Sequence[Record], refused: Iterable[tuple[int, int, int]]) -> None:
+        """The broker refused these destinations (x-max-length reject-publish, counted where
+        every gateway's appends meet): they never entered their queues; reject-publish-dlx
+        dead-letters them. The publishers' nacks are the session's."""
+        for index, queue_id, _ in refused:
+            queue = self.queues_by_id.get(queue_id)
+            if queue is None:
+                continue
+            record = records[index]
+            queue.count_out(len(record.body))
+            queue.rejected_publishes += 1
+            b = queue.behaviour
+            if b.overflow == "reject-publish-dlx" and b.dlx is not None:
+                letter = DeadLetter(
+                    queue.name,
+                    "maxlen",
+                    record.exchange.decode(),
+                    record.routing_key.decode(),
+                    bytes(record.properties),
+                    bytes(record.body),
+                    bool(record.flags & PERSISTENT_FLAG),
+                    b.dlx,
+                    b.dlrk,
+                )
+                self._dead_letter(letter)
 
     def _absorb(self, records: Sequence[Record], result: AppendResult) -> set[QueueRuntime]:
         """Hand each new message to its queue if that queue is caught up with the store (it

@@ -13,6 +13,10 @@ Per connection three tasks, whatever the number of requests in flight:
 - the writer sends every answer ready since it last woke as one buffer (coalesced per loop
   turn). Answers waiting to be sent above OUTBOX_LIMIT_BYTES stop the reader: a client that
   does not read its answers is back-pressured, not buffered without bound.
+A READ with ``wait_ms`` that finds nothing new is held in a task of its own (many per
+connection are fine, none holds the reader) until an append reaches its partition, its queue
+is deleted or purged, the wait runs out, or the connection goes (storage/broker_limits.py:
+ReadWaits). An APPEND carrying length limits has its over-limit destinations refused first.
 A protocol error closes that connection only (logged with the peer's address); a broker
 stop closes the listener, stops reading, answers what is in flight (bounded), closes the
 connections, then the store (flush, checkpoint, offsets) on the way out.
@@ -29,12 +33,14 @@ import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream
 from anyio.streams.stapled import MultiListener
 
+from storage.broker_limits import ReadWaits, refuse_over_limits
 from storage.config import StoreConfig
 from storage.embedded import open_embedded_store
 from storage.errors import StoreError
 from storage.port import StorePort
 from storage.remote_store import enable_keepalive
 from storage.replicated_store import ReplicatedStore
+from storage.results import AppendResult, ReadStatus
 from storage.wire import (
     PROTOCOL_VERSION,
     Append,
@@ -70,8 +76,8 @@ Ready = Callable[[str, int], None]  # (host, port) once listening
 
 
 async def _commit_offsets(store: StorePort, request: CommitOffsets) -> None:
-    for group, queue_id, partition, offset in request.commits:
-        await store.commit_offset(group, queue_id, partition, offset)
+    for group, queue_id, partition, offset, fence in request.commits:
+        await store.commit_offset(group, queue_id, partition, offset, fence)
 
 
 # The calls answered as soon as they return (request fields are the method's arguments).
@@ -114,9 +120,12 @@ class BrokerConnection:
         broker_name: str,
         max_frame_bytes: int,
         replicated: ReplicatedStore | None = None,
+        waits: ReadWaits | None = None,
     ) -> None:
         self.store = store
         self.replicated = replicated  # the same store, when the broker is in a replicated group
+        self.waits = ReadWaits() if waits is None else waits  # the broker's, shared
+        self._tasks: anyio.abc.TaskGroup | None = None
         self.stream = stream
         self.broker_name = broker_name
         self.peer = _peer(stream)
@@ -140,10 +149,12 @@ class BrokerConnection:
         """The broker is stopping: read no more, answer what is in flight, close."""
         self._stopping = True
         self._reading.cancel()
+        self.waits.wake_all()  # held reads answer now (nothing new)
 
     async def run(self) -> str:
         """Serve until the client goes, breaks the protocol, or the broker stops; the reason."""
         async with anyio.create_task_group() as tg:
+            self._tasks = tg
             tg.start_soon(self._write_loop)
             tg.start_soon(self._durable_loop)
             reason = "broker stopping"
@@ -189,12 +200,7 @@ class BrokerConnection:
         try:
             if isinstance(request, Append):
                 # Written now, in arrival order; durability is waited for off the reader.
-                if self.replicated is not None:
-                    result = await self.replicated.append(
-                        request.records, wait_durable=False, batch_id=request.batch_id
-                    )
-                else:
-                    result = await store.append(request.records, wait_durable=False)
+                result = await self._append(request)
                 answer = encode_response(request_id, Op.APPEND, result)
                 if request.wait_durable:
                     self._after_durable(result.end_offset, request_id, answer)
@@ -215,16 +221,75 @@ class BrokerConnection:
                     self._unanswered -= 1  # stopping: a held fetch goes unanswered
                     raise
                 self._answer(encode_response(request_id, Op.REPLICATE, replicated))
+            elif isinstance(request, Read) and request.wait_ms > 0:
+                found = await store.read(*request[:5])
+                if found.messages or found.status is not ReadStatus.NO_NEW_MESSAGE:
+                    self._answer(encode_response(request_id, Op.READ, found))
+                else:
+                    assert self._tasks is not None
+                    self._tasks.start_soon(self._held_read, request_id, request)
             elif isinstance(request, Query):
                 value = await _QUERIES[request.op](store)
                 self._answer(encode_response(request_id, request.op, value))
             else:
                 value = await _CALLS[type(request)](store, request)
                 self._answer(encode_response(request_id, Op(frame.op), value))
+                if isinstance(request, DeleteQueue | Purge):
+                    self.waits.wake_queue(request.queue_id)
         except Exception as error:
             if not isinstance(error, StoreError | ValueError):
                 log.exception("broker: %s from %s failed", Op(frame.op).name, self.peer)
             self._answer(encode_error(request_id, error))
+
+    async def _append(self, request: Append) -> AppendResult:
+        records, refused = request.records, None
+        if request.limits:
+            kept, refused = await refuse_over_limits(self.store, records, request.limits)
+            records = kept if refused else records
+        if self.replicated is not None:
+            result = await self.replicated.append(
+                records, wait_durable=False, batch_id=request.batch_id, refused=refused
+            )
+        else:
+            result = await self.store.append(records, wait_durable=False)
+        if len(self.waits) and result.queue_starts:
+            self.waits.wake(result.queue_starts)
+        if refused:  # indexes moved: the gateway reads the kept ones back
+            result = result._replace(record_offsets=(), queue_starts=None, refused=tuple(refused))
+        return result
+
+    async def _held_read(self, request_id: int, request: Read) -> None:
+        """A READ with nothing new: answered when its partition has records, its queue is
+        deleted or purged, its wait runs out or the broker stops; cancelled with the
+        connection (its answer would have nowhere to go)."""
+        key = (request.queue_id, request.partition)
+        deadline = anyio.current_time() + request.wait_ms / 1000
+        appended = False  # an append reached the partition while this read waited
+        resets = self.waits.resets.get(key[0], 0)
+        try:
+            while True:
+                event = self.waits.event(key)
+                result = await self.store.read(*request[:5])
+                left = deadline - anyio.current_time()
+                if result.messages or result.status is not ReadStatus.NO_NEW_MESSAGE:
+                    break
+                if left <= 0 or self._stopping or self.waits.resets.get(key[0], 0) != resets:
+                    break
+                waited = event
+                if appended and self.replicated is not None:
+                    # Appended but not yet confirmed (a replicated master's reads stop at its
+                    # confirm offset): the next confirm may make it readable.
+                    waited = self.replicated.changed_event()
+                with anyio.move_on_after(left):
+                    await waited.wait()
+                appended = appended or event.is_set()
+        except anyio.get_cancelled_exc_class():
+            self._unanswered -= 1
+            raise
+        except Exception as error:
+            self._answer(encode_error(request_id, error))
+            return
+        self._answer(encode_response(request_id, Op.READ, result))
 
     async def _replicate(self, request: Replicate) -> Replicated:
         """A slave's call; a fetch may be held (up to its wait) while nothing is new: one
@@ -301,6 +366,7 @@ class BrokerServer:
         self.name = name
         self.max_frame_bytes = max_frame_bytes
         self.connections: set[BrokerConnection] = set()
+        self.waits = ReadWaits()
 
     async def serve(self, listener: MultiListener[SocketStream], stop: anyio.Event) -> None:
         async with anyio.create_task_group() as tg:
@@ -324,7 +390,7 @@ class BrokerServer:
     async def _serve_connection(self, stream: SocketStream) -> None:
         enable_keepalive(stream)  # a gateway host that vanished: its connection goes too
         connection = BrokerConnection(
-            self.store, stream, self.name, self.max_frame_bytes, self.replicated
+            self.store, stream, self.name, self.max_frame_bytes, self.replicated, self.waits
         )
         log.info("broker connection from %s opened", connection.peer)
         self.connections.add(connection)

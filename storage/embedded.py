@@ -119,7 +119,10 @@ class EmbeddedStore:
         offset: int,
         max_count: int = 256,
         max_bytes: int = 4 << 20,
+        wait_ms: int = 0,
     ) -> ReadResult:
+        # ``wait_ms`` is the broker's business (storage/broker.py holds such reads): in one
+        # process a publish wakes its queues directly, so this answers at once.
         # Reads are served from the page cache inline: a thread hop per batch costs more than
         # the pread it would move off the loop.
         return self.log.read(queue_id, partition, offset, max_count, max_bytes)
@@ -140,11 +143,19 @@ class EmbeddedStore:
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
         return self.log.queue_stats(queue_id, group)
 
-    async def commit_offset(self, group: str, queue_id: int, partition: int, offset: int) -> None:
-        self.log.commit_offset(group, queue_id, partition, offset)
+    async def commit_offset(
+        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+    ) -> None:
+        self.log.commit_offset(group, queue_id, partition, offset, fence)
 
-    async def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
-        return self.log.committed_offset(group, queue_id, partition)
+    async def committed_offset(
+        self, group: str, queue_id: int, partition: int, fence: int = 0
+    ) -> int:
+        return self.log.committed_offset(group, queue_id, partition, fence)
+
+    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
+        """In-process the gateway checks its own exact counts (one node sees every append);
+        only a broker shared by several gateways enforces limits carried by appends."""
 
     async def unclean_marks(self, queue_id: int) -> dict[int, int]:
         """After a crash: per partition, the index length found at open (messages below it

@@ -68,3 +68,9 @@ class NotMaster(StoreError):
     """This broker does not confirm for its group now (a slave, fenced, no standing, or below
     the minimum in-sync replicas). Nothing was stored by this call, or what was stored is not
     confirmed: a gateway re-sends the batch to the group's master."""
+
+
+class StaleFence(StoreError):
+    """An offset commit (or a take-over read) carried a fencing token lower than the highest
+    one seen for its (group, queue, partition): a newer lease holder delivers that partition
+    now. Nothing was changed."""

@@ -35,7 +35,12 @@ from controller.keys import ControllerKeys
 from controller.redis_link import GroupLink
 from storage.errors import NotMaster, StoreClosed, StoreError
 from storage.record import Record
-from storage.remote_store import BrokerUnavailable, RemoteStore, connect_remote_store
+from storage.remote_store import (
+    BrokerUnavailable,
+    RemoteStore,
+    connect_remote_store,
+    limits_for,
+)
 from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, RetentionReport
 
 log = logging.getLogger("mqgw.storage.group")
@@ -69,6 +74,7 @@ class GroupStore:
         self._changed = anyio.Event()
         self._close_current: Callable[[], None] = lambda: None
         self._seq = 0
+        self.limits: dict[int, int] = {}  # queue id -> max length (reject-publish)
         self._id_base = random.getrandbits(40) << 24  # batch ids unique across gateways
         self._pending: OrderedDict[int, _Batch] = OrderedDict()
         self._resending = anyio.Lock()
@@ -175,7 +181,9 @@ class GroupStore:
         except BaseException:
             self._pending.pop(seq, None)
             raise
-        answer = AppendResult(seq - 1, seq, len(records), (), None, result.store_ts_ms)
+        answer = AppendResult(
+            seq - 1, seq, len(records), (), None, result.store_ts_ms, result.refused
+        )
         if wait_durable:
             await self.wait_durable(seq)
         return answer
@@ -215,7 +223,10 @@ class GroupStore:
     async def _send(self, store: RemoteStore, batch: _Batch) -> AppendResult:
         """Send ``batch`` on the current master's connection and note where it landed."""
         generation = self.generation
-        result = await store.append_batch(batch.records, batch.batch_id, wait_durable=False)
+        limits = limits_for(self.limits, batch.records) if self.limits else ()
+        result = await store.append_batch(
+            batch.records, batch.batch_id, wait_durable=False, limits=limits
+        )
         batch.generation, batch.end = generation, result.end_offset
         return result
 
@@ -246,11 +257,17 @@ class GroupStore:
 
     async def read(
         self, queue_id: int, partition: int, offset: int, max_count: int = 256,
-        max_bytes: int = 4 << 20,
+        max_bytes: int = 4 << 20, wait_ms: int = 0,
     ) -> ReadResult:  # fmt: skip
         return await self._on_master(
-            lambda s: s.read(queue_id, partition, offset, max_count, max_bytes)
+            lambda s: s.read(queue_id, partition, offset, max_count, max_bytes, wait_ms)
         )
+
+    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
+        if max_length is None:
+            self.limits.pop(queue_id, None)
+        else:
+            self.limits[queue_id] = max_length
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
         await self._on_master(lambda s: s.create_queue(queue_id, partitions))
@@ -267,11 +284,17 @@ class GroupStore:
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
         return await self._on_master(lambda s: s.queue_stats(queue_id, group))
 
-    async def commit_offset(self, group: str, queue_id: int, partition: int, offset: int) -> None:
-        await self._on_master(lambda s: s.commit_offset(group, queue_id, partition, offset))
+    async def commit_offset(
+        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+    ) -> None:
+        await self._on_master(lambda s: s.commit_offset(group, queue_id, partition, offset, fence))
 
-    async def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
-        return await self._on_master(lambda s: s.committed_offset(group, queue_id, partition))
+    async def committed_offset(
+        self, group: str, queue_id: int, partition: int, fence: int = 0
+    ) -> int:
+        return await self._on_master(
+            lambda s: s.committed_offset(group, queue_id, partition, fence)
+        )
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
         return await self._on_master(lambda s: s.offset_for_time(queue_id, partition, ts_ms))

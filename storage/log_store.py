@@ -592,16 +592,25 @@ class LogStore:
 
     # -- offsets and counts ------------------------------------------------------------------
 
-    def commit_offset(self, group: str, queue_id: int, partition: int, offset: int) -> None:
+    def commit_offset(
+        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+    ) -> None:
+        """``fence``: the caller's fencing token (0: unfenced); StaleFence below the
+        highest seen for the key, and nothing changes."""
         self._cq(queue_id, partition)
         key = (group, queue_id, partition)
+        if fence:
+            self.offsets.fence(key, fence)
         if self.offsets.offsets.get(key) != offset:
             self.offsets.offsets[key] = offset
             self.offsets.changed = True
 
-    def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
-        """The committed offset, never below the partition's minimum."""
+    def committed_offset(self, group: str, queue_id: int, partition: int, fence: int = 0) -> int:
+        """The committed offset, never below the partition's minimum. A ``fence`` is
+        admitted (and registered) as for commit_offset: a new lease holder's first read."""
         low, _ = self.partition_range(queue_id, partition)
+        if fence:
+            self.offsets.fence((group, queue_id, partition), fence)
         return max(self.offsets.offsets.get((group, queue_id, partition), 0), low)
 
     def partition_range(self, queue_id: int, partition: int) -> tuple[int, int]:

@@ -40,7 +40,12 @@ class StorePort(Protocol):
         offset: int,
         max_count: int = 256,
         max_bytes: int = 4 << 20,
-    ) -> ReadResult: ...
+        wait_ms: int = 0,
+    ) -> ReadResult:
+        """``wait_ms`` > 0: when there is nothing at ``offset`` yet, a broker holds the read
+        until the partition has new records, the queue is deleted or purged, or ``wait_ms``
+        passed (then NO_NEW_MESSAGE). The embedded store answers at once."""
+        ...
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
         """Idempotent for the same partition count; QueueExists for another."""
@@ -59,10 +64,26 @@ class StorePort(Protocol):
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats: ...
 
     async def commit_offset(
-        self, group: str, queue_id: int, partition: int, offset: int
-    ) -> None: ...
+        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+    ) -> None:
+        """``fence``: the committer's fencing token (a delivery lease's, cluster mode; 0:
+        unfenced). The store keeps the highest token seen per (group, queue, partition), with
+        the offsets, and refuses a lower one with StaleFence (nothing changes)."""
+        ...
 
-    async def committed_offset(self, group: str, queue_id: int, partition: int) -> int: ...
+    async def committed_offset(
+        self, group: str, queue_id: int, partition: int, fence: int = 0
+    ) -> int:
+        """With a ``fence``: admitted and registered as by commit_offset, so that a new
+        lease holder's take-over read shuts out the holder it replaced."""
+        ...
+
+    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
+        """x-max-length with reject-publish for ``queue_id`` (None: no limit). A store
+        shared by several gateways sends it with every append reaching the queue, and the
+        broker refuses the destinations that would pass it (AppendResult.refused); the
+        embedded store leaves the check to the gateway."""
+        ...
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int: ...
 

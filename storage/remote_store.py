@@ -223,6 +223,7 @@ class RemoteStore:
         self._connected = anyio.Event()
         self._closed = False
         self._last_error = "not connected yet"
+        self.limits: dict[int, int] = {}  # queue id -> max length (reject-publish)
 
     @classmethod
     def connect(cls, address: str, **options: Any) -> AbstractAsyncContextManager[RemoteStore]:
@@ -316,13 +317,25 @@ class RemoteStore:
     # -- StorePort -----------------------------------------------------------------------------
 
     async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
-        return cast(AppendResult, await self._call(Append(records, wait_durable)))
+        limits = limits_for(self.limits, records) if self.limits else ()
+        return cast(AppendResult, await self._call(Append(records, wait_durable, 0, limits)))
 
     async def append_batch(
-        self, records: Sequence[Record], batch_id: int, wait_durable: bool = True
+        self,
+        records: Sequence[Record],
+        batch_id: int,
+        wait_durable: bool = True,
+        limits: Sequence[tuple[int, int]] = (),
     ) -> AppendResult:
         """An append a replicated broker stores once however often it is sent (``batch_id``)."""
-        return cast(AppendResult, await self._call(Append(records, wait_durable, batch_id)))
+        request = Append(records, wait_durable, batch_id, limits)
+        return cast(AppendResult, await self._call(request))
+
+    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
+        if max_length is None:
+            self.limits.pop(queue_id, None)
+        else:
+            self.limits[queue_id] = max_length
 
     async def replicate(self, request: Replicate) -> Replicated:
         """A slave's call to its master (storage/replication_member.py)."""
@@ -341,11 +354,12 @@ class RemoteStore:
         offset: int,
         max_count: int = 256,
         max_bytes: int = 4 << 20,
+        wait_ms: int = 0,
     ) -> ReadResult:
         # The answer must fit in a frame: fewer messages per read is still a correct answer
         # (next_offset says where to go on); one record is always sent whatever its size.
         max_bytes = min(max_bytes, self.max_frame_bytes // 2)
-        request = Read(queue_id, partition, offset, max_count, max_bytes)
+        request = Read(queue_id, partition, offset, max_count, max_bytes, wait_ms)
         return cast(ReadResult, await self._call(request))
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
@@ -363,15 +377,21 @@ class RemoteStore:
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
         return cast(QueueStats, await self._call(GetQueueStats(queue_id, group)))
 
-    async def commit_offset(self, group: str, queue_id: int, partition: int, offset: int) -> None:
-        await self._call(CommitOffsets([OffsetCommit(group, queue_id, partition, offset)]))
+    async def commit_offset(
+        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+    ) -> None:
+        commit = OffsetCommit(group, queue_id, partition, offset, fence)
+        await self._call(CommitOffsets([commit]))
 
     async def commit_offsets(self, commits: Sequence[OffsetCommit]) -> None:
         """Several commits in one round trip (applied in order; see wire.CommitOffsets)."""
         await self._call(CommitOffsets(commits))
 
-    async def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
-        return cast(int, await self._call(CommittedOffset(group, queue_id, partition)))
+    async def committed_offset(
+        self, group: str, queue_id: int, partition: int, fence: int = 0
+    ) -> int:
+        request = CommittedOffset(group, queue_id, partition, fence)
+        return cast(int, await self._call(request))
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
         return cast(int, await self._call(OffsetForTime(queue_id, partition, ts_ms)))
@@ -393,6 +413,22 @@ class RemoteStore:
 
     async def restart_marks(self, queue_id: int) -> dict[int, int]:
         return cast(dict[int, int], await self._call(RestartMarks(queue_id)))
+
+
+def limits_for(limits: dict[int, int], records: Sequence[Record]) -> list[tuple[int, int]]:
+    """The (queue id, max length) of the limited queues ``records`` reach."""
+    found: dict[int, int] = {}
+    last: object = None
+    for record in records:
+        destinations = record.destinations
+        if destinations is last:  # batches usually repeat one destination tuple
+            continue
+        last = destinations
+        for queue_id, _ in destinations:
+            limit = limits.get(queue_id)
+            if limit is not None:
+                found[queue_id] = limit
+    return list(found.items())
 
 
 @asynccontextmanager

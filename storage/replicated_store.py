@@ -206,6 +206,10 @@ class ReplicatedStore:
             "confirming nothing until the controller answers", self.me, stamp,
         )  # fmt: skip
 
+    def changed_event(self) -> anyio.Event:
+        """Set when the confirm offset or the role moves next (held reads wait on it)."""
+        return self._changed
+
     def _wake(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
@@ -243,8 +247,14 @@ class ReplicatedStore:
     # -- StorePort --------------------------------------------------------------------------
 
     async def append(
-        self, records: Sequence[Record], wait_durable: bool = True, batch_id: int = 0
+        self,
+        records: Sequence[Record],
+        wait_durable: bool = True,
+        batch_id: int = 0,
+        refused: Sequence[tuple[int, int, int]] | None = None,
     ) -> AppendResult:
+        """``refused``: what the broker took out of the batch for length limits, remembered
+        with the batch id so that a re-send is refused the same way."""
         self._master_only("append")
         known = self.batches.get(batch_id) if batch_id else None
         if known is not None and known.end_offset <= self.log.commit_log.write_offset:
@@ -252,7 +262,7 @@ class ReplicatedStore:
         else:
             result = await self.inner.append(records, wait_durable=False)
             if batch_id:
-                self._remember(batch_id, result)
+                self._remember(batch_id, result._replace(refused=tuple(refused or ())))
             self._note_appended()
         if wait_durable:
             await self.wait_durable(result.end_offset)
@@ -260,7 +270,7 @@ class ReplicatedStore:
 
     def _remember(self, batch_id: int, result: AppendResult) -> None:
         self.batches[batch_id] = AppendResult(
-            result.start_offset, result.end_offset, result.record_count
+            result.start_offset, result.end_offset, result.record_count, refused=result.refused
         )
         while len(self.batches) > REMEMBERED_BATCHES:
             self.batches.popitem(last=False)
@@ -279,7 +289,7 @@ class ReplicatedStore:
 
     async def read(
         self, queue_id: int, partition: int, offset: int, max_count: int = 256,
-        max_bytes: int = 4 << 20,
+        max_bytes: int = 4 << 20, wait_ms: int = 0,
     ) -> ReadResult:  # fmt: skip
         if self.role != "master":
             raise self._refuse("read")
@@ -317,15 +327,29 @@ class ReplicatedStore:
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
         return await self.inner.queue_stats(queue_id, group)
 
-    async def commit_offset(self, group: str, queue_id: int, partition: int, offset: int) -> None:
+    async def commit_offset(
+        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+    ) -> None:
         if self.role != "master":
             raise self._refuse("offset commit")
-        await self.inner.commit_offset(group, queue_id, partition, offset)
+        await self.inner.commit_offset(group, queue_id, partition, offset, fence)
         for dirty in self.dirty_offsets.values():
             dirty.add((group, queue_id, partition))
 
-    async def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
+    async def committed_offset(
+        self, group: str, queue_id: int, partition: int, fence: int = 0
+    ) -> int:
+        if fence:  # registers the fence: a write, replicated with the offsets
+            if self.role != "master":
+                raise self._refuse("fenced offset read")
+            offset = await self.inner.committed_offset(group, queue_id, partition, fence)
+            for dirty in self.dirty_offsets.values():
+                dirty.add((group, queue_id, partition))
+            return offset
         return await self.inner.committed_offset(group, queue_id, partition)
+
+    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
+        """Limits come with each append (the gateway's store sends them)."""
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
         return await self.inner.offset_for_time(queue_id, partition, ts_ms)
@@ -390,7 +414,9 @@ class ReplicatedStore:
         if int(head.get("registry_version", 0)) != self.registry_version:
             answer["registry_version"] = self.registry_version
             answer["registry"] = self.log.registry.snapshot().document.decode()
-        answer["offsets"] = self._offsets_for(replica, bool(head.get("all_offsets")))
+        answer["offsets"], answer["fences"] = self._offsets_for(
+            replica, bool(head.get("all_offsets"))
+        )
         return Replicated(answer, chunk.data)
 
     def _acknowledged(self, replica: str, offset: int, end: int) -> None:
@@ -401,12 +427,19 @@ class ReplicatedStore:
             self.progress[replica] = self.now_ms()
         self.confirm()
 
-    def _offsets_for(self, replica: str, everything: bool) -> list[list[Any]]:
-        offsets = self.log.offsets.offsets
+    def _offsets_for(
+        self, replica: str, everything: bool
+    ) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The offsets and fencing tokens changed since ``replica``'s last fetch (all of
+        them on its first)."""
+        offsets, fences = self.log.offsets.offsets, self.log.offsets.fences
         dirty = self.dirty_offsets.get(replica)
         if everything or dirty is None:
-            keys: Any = list(offsets)
+            keys: Any = list(offsets) + [k for k in fences if k not in offsets]
         else:
             keys = dirty
         self.dirty_offsets[replica] = set()
-        return [[g, q, p, offsets[(g, q, p)]] for g, q, p in keys if (g, q, p) in offsets]
+        return (
+            [[g, q, p, offsets[(g, q, p)]] for g, q, p in keys if (g, q, p) in offsets],
+            [[g, q, p, fences[(g, q, p)]] for g, q, p in keys if (g, q, p) in fences],
+        )

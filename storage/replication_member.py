@@ -216,6 +216,12 @@ class ReplicationMember:
             if (queue_id, partition) in log_store.cqs:
                 log_store.offsets.offsets[(group, queue_id, partition)] = offset
                 log_store.offsets.changed = True
+        for group, queue_id, partition, fence in head.get("fences", ()):
+            key = (group, queue_id, partition)
+            if (queue_id, partition) in log_store.cqs and fence > log_store.offsets.fences.get(
+                key, 0
+            ):
+                log_store.offsets.fence(key, fence)
         for batch_id, start, end, count in head.get("batches", ()):
             store.batches[batch_id] = AppendResult(start, end, count)
         if self.state.adopt([(int(e), int(s)) for e, s in head["epochs"]], chunk.end):

@@ -58,6 +58,7 @@ class RoutedStore:
         self.placement = placement
         self.home = home if home is not None else min(self.stores)
         self._seq = 0
+        self._positions: dict[str, list[int]] = {}  # the last split's (see _split)
         self._unwaited: dict[int, dict[str, int]] = {}  # seq -> group -> the part's end offset
         self._folded: dict[str, int] = {}  # older unwaited parts: the highest end per group
 
@@ -127,7 +128,8 @@ class RoutedStore:
     # -- appends and durability -----------------------------------------------------------
 
     def _split(self, records: Sequence[Record]) -> dict[str, Sequence[Record]]:
-        """Records per group, in their order; the batch itself when it goes to one group."""
+        """Records per group, in their order; the batch itself when it goes to one group
+        (``_positions`` says where each group's records came from in the batch)."""
         groups: dict[tuple[int, int], str] = {}
         touched: set[str] = set()
         for record in records:  # the common case first: one group, nothing built
@@ -140,20 +142,26 @@ class RoutedStore:
             return {next(iter(touched), self.home): records}
         first = min(touched)  # records routed nowhere: stored there, indexed nowhere
         parts: dict[str, list[Record]] = {group: [] for group in sorted(touched)}
-        for record in records:
+        positions: dict[str, list[int]] = {group: [] for group in parts}
+        for index, record in enumerate(records):
             mine = sorted({groups[d] for d in record.destinations})
             if len(mine) <= 1:
-                parts[mine[0] if mine else first].append(record)
+                group = mine[0] if mine else first
+                parts[group].append(record)
+                positions[group].append(index)
                 continue
             for group in mine:
                 share = tuple(d for d in record.destinations if groups[d] == group)
                 parts[group].append(record._replace(destinations=share))
+                positions[group].append(index)
+        self._positions = positions
         return dict(parts)
 
     async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
         if not records:
             return AppendResult(self._seq, self._seq, 0)
         parts = self._split(records)
+        positions = self._positions if len(parts) > 1 else {}  # taken before any await
         self._seq += 1
         seq = self._seq
         answers = await self._on(
@@ -166,7 +174,17 @@ class RoutedStore:
             (result,) = results.values()
             return result._replace(start_offset=seq - 1, end_offset=seq)
         store_ts = max(r.store_ts_ms for r in results.values())
-        return AppendResult(seq - 1, seq, len(records), (), None, store_ts)
+        refused = tuple(
+            (positions[group][index], queue_id, partition)
+            for group, result in results.items()
+            for index, queue_id, partition in result.refused
+        )
+        return AppendResult(seq - 1, seq, len(records), (), None, store_ts, refused)
+
+    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
+        """Every group holding a part of the queue counts its own part against the limit."""
+        for store in self.stores.values():
+            store.set_append_limit(queue_id, max_length)
 
     def _remember(self, seq: int, ends: dict[str, int]) -> None:
         self._unwaited[seq] = ends
@@ -203,18 +221,22 @@ class RoutedStore:
 
     async def read(
         self, queue_id: int, partition: int, offset: int, max_count: int = 256,
-        max_bytes: int = 4 << 20,
+        max_bytes: int = 4 << 20, wait_ms: int = 0,
     ) -> ReadResult:  # fmt: skip
         store = self.stores[self.group_of(queue_id, partition)]
-        return await store.read(queue_id, partition, offset, max_count, max_bytes)
+        return await store.read(queue_id, partition, offset, max_count, max_bytes, wait_ms)
 
-    async def commit_offset(self, group: str, queue_id: int, partition: int, offset: int) -> None:
+    async def commit_offset(
+        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+    ) -> None:
         store = self.stores[self.group_of(queue_id, partition)]
-        await store.commit_offset(group, queue_id, partition, offset)
+        await store.commit_offset(group, queue_id, partition, offset, fence)
 
-    async def committed_offset(self, group: str, queue_id: int, partition: int) -> int:
+    async def committed_offset(
+        self, group: str, queue_id: int, partition: int, fence: int = 0
+    ) -> int:
         store = self.stores[self.group_of(queue_id, partition)]
-        return await store.committed_offset(group, queue_id, partition)
+        return await store.committed_offset(group, queue_id, partition, fence)
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
         store = self.stores[self.group_of(queue_id, partition)]

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from storage.errors import DiskFull
+from storage.errors import DiskFull, StaleFence
 from storage.file_system import FileSystem
 
 log = logging.getLogger("mqgw.storage")
@@ -163,6 +163,9 @@ class ConsumerOffsets:
         self.path = path
         self.deferred = deferred or DeferredWrites()
         self.offsets: dict[OffsetKey, int] = {}
+        # The highest fencing token seen per key (delivery leases: gateway/cluster/link.py);
+        # written with the offsets, so a restarted broker still refuses a replaced holder.
+        self.fences: dict[OffsetKey, int] = {}
         # What offsets.json holds: reclaim keeps what a restart would read again from it.
         self.persisted: dict[OffsetKey, int] = {}
         self.changed = False
@@ -174,6 +177,11 @@ class ConsumerOffsets:
             for key, offset in queues.items():
                 queue_id, partition = key.split("/")
                 self.offsets[(group, int(queue_id), int(partition))] = int(offset)
+        self.fences = {}
+        for group, queues in data.get("fences", {}).items():
+            for key, fence in queues.items():
+                queue_id, partition = key.split("/")
+                self.fences[(group, int(queue_id), int(partition))] = int(fence)
         self.persisted = dict(self.offsets)
 
     def snapshot(self) -> OffsetsSnapshot:
@@ -183,7 +191,13 @@ class ConsumerOffsets:
         groups: dict[str, dict[str, int]] = {}
         for (group, queue_id, partition), offset in taken.items():
             groups.setdefault(group, {})[f"{queue_id}/{partition}"] = offset
-        document = json.dumps({"groups": groups}, separators=(",", ":"), sort_keys=True)
+        doc: dict[str, Any] = {"groups": groups}
+        if self.fences:  # absent until a cluster gateway fences: the file stays as it was
+            fences: dict[str, dict[str, int]] = {}
+            for (group, queue_id, partition), fence in self.fences.items():
+                fences.setdefault(group, {})[f"{queue_id}/{partition}"] = fence
+            doc["fences"] = fences
+        document = json.dumps(doc, separators=(",", ":"), sort_keys=True)
         return OffsetsSnapshot(taken, document.encode())
 
     def write(self, snapshot: OffsetsSnapshot) -> bool:
@@ -205,7 +219,23 @@ class ConsumerOffsets:
     def drop_queue(self, queue_id: int) -> None:
         for key in [k for k in self.offsets if k[1] == queue_id]:
             del self.offsets[key]
+        for key in [k for k in self.fences if k[1] == queue_id]:
+            del self.fences[key]
         self.changed = True
+
+    def fence(self, key: OffsetKey, fence: int) -> None:
+        """Admit a call carrying fencing token ``fence`` (0: unfenced, always admitted):
+        StaleFence below the highest seen for ``key``; a higher one becomes the highest."""
+        seen = self.fences.get(key, 0)
+        if fence < seen:
+            group, queue_id, partition = key
+            raise StaleFence(
+                f"fencing token {fence} of queue {queue_id}/{partition} (group {group!r}) is "
+                f"stale: token {seen} holds it now"
+            )
+        if fence > seen:
+            self.fences[key] = fence
+            self.changed = True
 
 
 @dataclass

@@ -56,11 +56,15 @@ from storage.wire_replication import (
     put_replicated,
 )
 
-PROTOCOL_VERSION = 2  # 2: APPEND carries a batch id; REPLICATE
+# 2: APPEND carries a batch id; REPLICATE. 3: fencing tokens on offset commits and reads,
+# length limits on APPEND (refusals in its answer), READ's wait_ms.
+PROTOCOL_VERSION = 3
 # APPEND: wait_durable, record count, batch id (0: none); per record: exchange, routing key,
 # destination count, properties and body lengths, born_ts_ms, flags; then destinations, then
-# the byte fields.
+# the byte fields; then the length limits: u16 count, per queue u32 id and q max length.
 APPEND_HEAD = struct.Struct("<?IQ")
+LIMIT = struct.Struct("<Iq")  # queue id, max length (reject-publish)
+REFUSED = struct.Struct("<IIH")  # record index, queue id, partition
 RECORD = struct.Struct("<HHHIIqI")
 DEST = struct.Struct("<IH")  # queue id, partition
 # READ answer: status, next offset, min, max, message count; per message as below.
@@ -74,9 +78,10 @@ RETENTION = struct.Struct("<qq")  # deleted segments, freed bytes; then dropped 
 ID_VALUE = struct.Struct("<Iq")  # a dict[int, int] entry (queues, held-back bytes)
 # Request arguments are as wide as Python lets a caller pass them: an out-of-range partition
 # is the store's UnknownQueue over the wire too, not an encoding error.
-READ_ARGS = struct.Struct("<IIqIq")  # queue id, partition, offset, max count, max bytes
+READ_ARGS = struct.Struct("<IIqIqI")  # queue id, partition, offset, max count and bytes, wait ms
+COMMIT_ARGS = struct.Struct("<IIqq")  # queue id, partition, offset, fencing token
 QUEUE_ARGS = struct.Struct("<II")  # queue id, partition (or partition count)
-OFFSET_ARGS = struct.Struct("<IIq")  # queue id, partition, offset (or timestamp)
+OFFSET_ARGS = struct.Struct("<IIq")  # queue id, partition, offset (or timestamp, or fence)
 
 
 class Op(IntEnum):
@@ -119,6 +124,9 @@ class Append(NamedTuple):
     # Names the batch so that a gateway re-sending it after a failover has it stored once
     # (a replicated broker remembers recent ids); 0: no id.
     batch_id: int = 0
+    # (queue id, max length): x-max-length reject-publish of the queues the batch reaches;
+    # the broker refuses the destinations that would pass it (AppendResult.refused).
+    limits: Sequence[tuple[int, int]] = ()
 
 
 class WaitDurable(NamedTuple):
@@ -131,6 +139,7 @@ class Read(NamedTuple):
     offset: int
     max_count: int
     max_bytes: int
+    wait_ms: int = 0  # hold the read (up to this) while the partition has nothing new
 
 
 class CreateQueue(NamedTuple):
@@ -157,6 +166,7 @@ class OffsetCommit(NamedTuple):
     queue_id: int
     partition: int
     offset: int
+    fence: int = 0  # the committer's fencing token (0: unfenced)
 
 
 class CommitOffsets(NamedTuple):
@@ -170,6 +180,7 @@ class CommittedOffset(NamedTuple):
     group: str
     queue_id: int
     partition: int
+    fence: int = 0  # a new lease holder's token, registered by this read
 
 
 class OffsetForTime(NamedTuple):
@@ -251,6 +262,8 @@ def _put_append(parts: list[Any], request: Append) -> None:
             len(exchange), len(routing_key), len(dests), len(properties), len(body), born, flags
         )
         parts += (head, packed, exchange, routing_key, properties, body)
+    parts.append(U16.pack(len(request.limits)))
+    parts += [LIMIT.pack(queue_id, limit) for queue_id, limit in request.limits]
 
 
 def _get_append(reader: PayloadReader) -> Append:
@@ -283,22 +296,29 @@ def _get_append(reader: PayloadReader) -> Append:
         if pos > end:
             raise ProtocolError("record runs past the end of the frame")
         append(make(Record, (data[p:q], data[q:r], data[r:s], data[s:pos], dests, born, flags)))
-    reader.pos = pos
-    return Append(records, wait, batch_id)
+    (count,) = U16.unpack_from(data, pos)
+    pos += U16.size
+    limits = list(LIMIT.iter_unpack(data[pos : pos + LIMIT.size * count]))
+    if len(limits) != count:
+        raise ProtocolError("length limits run past the end of the frame")
+    reader.pos = pos + LIMIT.size * count
+    return Append(records, wait, batch_id, limits)
 
 
 def _put_append_result(parts: list[Any], result: AppendResult) -> None:
     offsets = result.record_offsets
-    start, end, count, _, starts, store_ts = result
+    start, end, count, _, starts, store_ts, refused = result
     parts += (
         APPEND_RESULT.pack(start, end, count, store_ts, len(offsets)),
         struct.pack(f"<{len(offsets)}q", *offsets),
     )
     if starts is None:
         parts.append(b"\x00")
-        return
-    parts.append(b"\x01" + FRAME_LEN.pack(len(starts)))
-    parts += [QUEUE_START.pack(q, p, offset) for (q, p), offset in starts.items()]
+    else:
+        parts.append(b"\x01" + FRAME_LEN.pack(len(starts)))
+        parts += [QUEUE_START.pack(q, p, offset) for (q, p), offset in starts.items()]
+    parts.append(FRAME_LEN.pack(len(refused)))
+    parts += [REFUSED.pack(*one) for one in refused]
 
 
 def _get_append_result(reader: PayloadReader) -> AppendResult:
@@ -317,8 +337,13 @@ def _get_append_result(reader: PayloadReader) -> AppendResult:
         pos += QUEUE_START.size * m
     else:
         pos += 1
-    reader.pos = pos
-    return AppendResult(start, end, count, offsets, starts, store_ts)
+    (m,) = FRAME_LEN.unpack_from(buf, pos)
+    pos += FRAME_LEN.size
+    refused = tuple(REFUSED.iter_unpack(buf[pos : pos + REFUSED.size * m]))
+    if len(refused) != m:
+        raise ProtocolError("refused destinations run past the end of the frame")
+    reader.pos = pos + REFUSED.size * m
+    return AppendResult(start, end, count, offsets, starts, store_ts, refused)
 
 
 # -- read ----------------------------------------------------------------------------------
@@ -379,13 +404,13 @@ def _get_read_result(reader: PayloadReader) -> ReadResult:
 
 def _put_commits(parts: list[Any], request: CommitOffsets) -> None:
     parts.append(FRAME_LEN.pack(len(request.commits)))
-    for group, queue_id, partition, offset in request.commits:
-        parts += (pack_text(group), OFFSET_ARGS.pack(queue_id, partition, offset))
+    for group, queue_id, partition, offset, fence in request.commits:
+        parts += (pack_text(group), COMMIT_ARGS.pack(queue_id, partition, offset, fence))
 
 
 def _get_commits(r: PayloadReader) -> CommitOffsets:
     (count,) = r.take(FRAME_LEN)
-    return CommitOffsets([OffsetCommit(r.text(), *r.take(OFFSET_ARGS)) for _ in range(count)])
+    return CommitOffsets([OffsetCommit(r.text(), *r.take(COMMIT_ARGS)) for _ in range(count)])
 
 
 def _put_id_values(parts: list[Any], values: dict[int, int]) -> None:
@@ -470,12 +495,13 @@ def _group_queue(kind: type[Purge] | type[GetQueueStats]) -> _Get:
 
 
 def _put_committed(parts: list[Any], request: CommittedOffset) -> None:
-    parts += (pack_text(request.group), QUEUE_ARGS.pack(request.queue_id, request.partition))
+    fields = (request.queue_id, request.partition, request.fence)
+    parts += (pack_text(request.group), OFFSET_ARGS.pack(*fields))
 
 
 def _get_committed(r: PayloadReader) -> CommittedOffset:
     group = r.text()
-    return CommittedOffset(group, *r.take(QUEUE_ARGS))
+    return CommittedOffset(group, *r.take(OFFSET_ARGS))
 
 
 def _fixed(kind: Any, layout: struct.Struct) -> tuple[_Put, _Get]:

@@ -15,6 +15,7 @@ from storage.errors import (
     NotMaster,
     QueueExists,
     RecordTooLarge,
+    StaleFence,
     StoreClosed,
     StoreError,
     StoreLocked,
@@ -38,6 +39,7 @@ class ErrorCode(IntEnum):
     STORE_LOCKED = 9
     INVALID_ARGUMENT = 10  # ValueError: an argument out of range (partitions 0, say)
     NOT_MASTER = 11  # a replicated broker that does not confirm now: try the master
+    STALE_FENCE = 12  # an offset commit from a delivery lease holder that was replaced
 
 
 _CLASSES: dict[int, Callable[..., Exception]] = {
@@ -51,12 +53,14 @@ _CLASSES: dict[int, Callable[..., Exception]] = {
     ErrorCode.STORE_LOCKED: StoreLocked,
     ErrorCode.INVALID_ARGUMENT: ValueError,
     ErrorCode.NOT_MASTER: NotMaster,
+    ErrorCode.STALE_FENCE: StaleFence,
     ErrorCode.STORE_ERROR: StoreError,
 }
 # Classes rebuilt from their message alone, most specific first.
 _BY_MESSAGE = (
     (QueueExists, ErrorCode.QUEUE_EXISTS),
     (NotMaster, ErrorCode.NOT_MASTER),
+    (StaleFence, ErrorCode.STALE_FENCE),
     (StoreClosed, ErrorCode.STORE_CLOSED),
     (StoreLocked, ErrorCode.STORE_LOCKED),
     (ValueError, ErrorCode.INVALID_ARGUMENT),

@@ -23,9 +23,15 @@ the tasks that keep several gateways in step.
   lapse 5 s after a gateway dies, so its unacked messages come back to the others.
 - **basic.get** takes the queue's leases on demand when nobody holds them (and keeps them a
   few seconds); while another gateway delivers the queue, a get here answers get-empty.
-- **Publishes from other gateways.** A holder does not hear of them: it looks at its
-  queues' partitions every ``POLL_S`` (a read per queue that has consumers and nothing in
-  hand). A long-poll read on the broker would remove that delay (later work).
+- **Fencing.** The lease's token goes with every offset commit of the partition, and the
+  take-over read of the committed offset registers it on the broker: a holder that was
+  replaced (paused past its lease, cut off from Redis) has its late commits refused
+  (StaleFence) and stops delivering the partition, instead of moving the new holder's
+  position.
+- **Publishes from other gateways.** A holder does not hear of them: for each partition it
+  delivers that has consumers and nothing in hand, it keeps one read waiting on the broker
+  (``wait_ms``, ``LONG_POLL_MS``), answered as soon as something is appended there; then the
+  queue fills as usual. Partitions with messages in hand are looked at every ``POLL_S``.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from gateway.cluster.placement import QueuePlacement
 from meta.change_feed import Change, Reload
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
-from storage import BrokerUnavailable, connect_remote_store
+from storage import BrokerUnavailable, ReadStatus, StoreError, connect_remote_store
+from storage.errors import StaleFence
 from storage.group_store import connect_group_store, replicated_groups
 from storage.port import StorePort
 from storage.routed_store import RoutedStore
@@ -57,6 +64,7 @@ GATEWAY_LEASE_MS = 5_000
 DELIVERY_LEASE_MS = 5_000
 RENEW_EVERY_S = 1.0
 POLL_S = 0.05
+LONG_POLL_MS = 5_000  # a held read's longest wait on the broker (then it is sent again)
 RETRY_S = 0.5
 GET_HOLD_S = 5.0  # a queue read by basic.get keeps its leases this long after the last get
 BROKER_WAIT_S = 30.0
@@ -155,6 +163,10 @@ class ClusterLink:
         placement = node.store.placement if isinstance(node.store, RoutedStore) else None
         self.placement = placement if isinstance(placement, QueuePlacement) else None
         self.reloads = 0
+        # Long-poll reads, one task per delivered partition with consumers (see _watch).
+        self._watchers: dict[tuple[int, int], anyio.CancelScope] = {}
+        self._exhausted: dict[int, anyio.Event] = {}  # queue id -> set when it read all
+        self._tasks: anyio.abc.TaskGroup | None = None
 
     async def start(self) -> str:
         """Before connections are accepted: lease taken; returns the feed position to follow
@@ -164,6 +176,7 @@ class ClusterLink:
 
     async def run(self, position: str) -> None:
         async with anyio.create_task_group() as tg:
+            self._tasks = tg
             tg.start_soon(self._keep_lease)
             tg.start_soon(self._follow, position)
             tg.start_soon(self._deliver_leases)
@@ -222,8 +235,8 @@ class ClusterLink:
     async def _deliver_leases(self) -> None:
         """Hold the lease of every partition of every queue with consumers here (tried at
         once for a new consumer, again every ``RETRY_S`` while another gateway holds it,
-        renewed every second); give up the others; poke held queues with nothing in hand so
-        they read what other gateways wrote."""
+        renewed every second); give up the others; keep a long-poll read (``_watch``) on
+        each held partition with consumers, so that what other gateways write is read."""
         renew_at = 0.0
         retry_at: dict[tuple[int, int], float] = {}
         while True:
@@ -243,11 +256,65 @@ class ClusterLink:
             except MetadataUnavailable as error:
                 # Nobody can take a lease while Redis is away: keep delivering what we hold.
                 log.warning("cluster: delivery leases not renewed: %s", error)
-            for queue in self.node.all_queues():
-                if queue.consumers and queue.exhausted and queue.holds_all_leases():
+            self._keep_watchers()
+            await anyio.sleep(POLL_S)
+
+    # -- long-poll reads ----------------------------------------------------------------------
+
+    def _watched(self, key: tuple[int, int]) -> QueueRuntime | None:
+        queue = self.node.queue_by_id(key[0])
+        if queue is None or queue.deleted or not queue.consumers or key not in self.held:
+            return None
+        return queue
+
+    def _keep_watchers(self) -> None:
+        """A watcher per held partition with consumers here; the others' are cancelled."""
+        for key in [k for k in self._watchers if self._watched(k) is None]:
+            self._watchers.pop(key).cancel()
+        for key in self.held:
+            queue = self._watched(key)
+            if queue is not None and key not in self._watchers and self._tasks is not None:
+                scope = self._watchers[key] = anyio.CancelScope()
+                queue.on_exhausted = self._queue_exhausted
+                self._tasks.start_soon(self._watch, queue, key[1], scope)
+
+    def _queue_exhausted(self, queue: QueueRuntime) -> None:
+        event = self._exhausted.pop(queue.queue_id, None)
+        if event is not None:
+            event.set()
+
+    async def _watch(self, queue: QueueRuntime, partition: int, scope: anyio.CancelScope) -> None:
+        """While the queue has read everything: a read held on the broker from its cursor;
+        when it answers with something, the queue fills (the scheduler reads it all)."""
+        key = (queue.queue_id, partition)
+        with scope:
+            while True:
+                if not (queue.exhausted and queue.holds_all_leases()):
+                    # Messages in hand: wait until a fill reads to the end (or look again
+                    # shortly: some queue kinds decide exhaustion without a fill).
+                    event = self._exhausted.setdefault(queue.queue_id, anyio.Event())
+                    with anyio.move_on_after(POLL_S):
+                        await event.wait()
+                    continue
+                offset = queue.cursors[partition]
+                try:
+                    found = await self.node.store.read(
+                        queue.queue_id, partition, offset, 1, wait_ms=LONG_POLL_MS
+                    )
+                except StoreError as error:
+                    log.debug("cluster: long-poll read of %r/%d: %s", queue.name, partition,
+                              error)  # fmt: skip
+                    await anyio.sleep(RETRY_S)
+                    continue
+                if found.status is ReadStatus.OFFSET_OVERFLOW:
+                    await anyio.sleep(RETRY_S)  # past the end (a truncated log): no spinning
+                if (found.messages or found.status is not ReadStatus.NO_NEW_MESSAGE) and (
+                    queue.exhausted and queue.cursors[partition] == offset
+                ):
                     queue.exhausted = False
                     self.node.scheduler.wake(queue)
-            await anyio.sleep(POLL_S)
+        if self._watchers.get(key) is scope:
+            del self._watchers[key]
 
     async def hold_for_get(self, queue: QueueRuntime) -> bool:
         """basic.get here: take the queue's leases now if nobody holds them, and keep them a
@@ -276,9 +343,17 @@ class ClusterLink:
                 log.warning("cluster: lost the delivery lease of queue %r partition %d",
                             queue.name, partition)  # fmt: skip
             queue.set_lease(partition, False)
-        elif self.held.get(key) != token:
+        elif self.held.get(key) != token or (
+            queue.leases is not None and not queue.leases[partition]
+        ):
             self.held[key] = token
-            await queue.take_over(partition)
+            queue.fences[partition] = token
+            try:
+                await queue.take_over(partition)
+            except StaleFence as error:  # a token below one the broker saw: not ours to use
+                del self.held[key]
+                queue.lose_lease(partition, error)
+                return
             self.node.scheduler.wake(queue)
             log.info("cluster: delivering queue %r partition %d (lease token %d)",
                      queue.name, partition, token)  # fmt: skip

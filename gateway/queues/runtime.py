@@ -33,6 +33,7 @@ from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.rate_limit import TokenBucket
 from meta.models import QueueDef
 from storage import QUEUE_GROUP, ReadStatus, StoredMessage, StorePort
+from storage.errors import StaleFence
 
 if TYPE_CHECKING:
     from gateway.queues.consumer import QueueConsumer as Consumer
@@ -114,6 +115,9 @@ class QueueRuntime:
         # Cluster mode: per partition, whether this gateway holds its delivery lease (None:
         # embedded, always delivers). See gateway/cluster/link.py.
         self.leases: list[bool] | None = None
+        self.fences = [0] * self.partitions  # the lease's fencing token, sent with commits
+        # Cluster: called when a fill reached the end of every partition (long-poll reads).
+        self.on_exhausted: Callable[[QueueRuntime], None] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
         self.requeued: list[tuple[int, int, StoredMessage]] = []  # (commit offset, partition, m)
@@ -147,6 +151,8 @@ class QueueRuntime:
         self.retried = 0  # left for the redelivery timer (they re-enter as new messages)
         self.expirations_seen = False  # some message here has its own expiration
         self.delivered = 0  # total deliveries (consumers and basic.get), for stats and tests
+        self._limit_sent: int | None = None
+        self._send_limit()
 
     async def start(self) -> None:
         """Resume from the committed offsets: what was in flight at a stop is redelivered."""
@@ -187,6 +193,16 @@ class QueueRuntime:
         self.behaviour = behaviour
         self.rejects_publish = behaviour.rejects_publish
         self.plain = self._is_plain()
+        self._send_limit()
+
+    def _send_limit(self) -> None:
+        """x-max-length reject-publish travels with appends to a shared broker, which
+        refuses what would pass it (the embedded store leaves it to would_overflow)."""
+        b = self.behaviour
+        limit = b.max_length if b.rejects_publish else None
+        if limit != self._limit_sent:
+            self._limit_sent = limit
+            self.store.set_append_limit(self.queue_id, limit)
 
     def _is_plain(self) -> bool:
         """A one-partition classic FIFO queue without limits, TTL or delivery counting: a
@@ -302,7 +318,9 @@ class QueueRuntime:
     def would_overflow(self, body_size: int) -> bool:
         """reject-publish: would one more message of this size pass a limit?"""
         b = self.behaviour
-        if b.max_length is not None and self.ready_count + 1 > b.max_length:
+        # Cluster: the broker counts for max-length at the append (this gateway's count
+        # does not see the others' publishes); max-length-bytes stays a local check.
+        if self.leases is None and b.max_length is not None and self.ready_count + 1 > b.max_length:
             return True
         return b.max_length_bytes is not None and self.ready_bytes + body_size > b.max_length_bytes
 
@@ -421,6 +439,8 @@ class QueueRuntime:
         # Reached the end of every partition: nothing to fetch until a publish wakes us
         # (saves an empty turn per message when thousands of queues each get a trickle).
         self.exhausted = not more
+        if not more and self.on_exhausted is not None:
+            self.on_exhausted(self)
         if not fetched:
             return
         if len(fetched) == 1:
@@ -795,9 +815,13 @@ class QueueRuntime:
     async def take_over(self, partition: int) -> None:
         """This gateway now delivers ``partition``: start from the broker's committed offset
         (another gateway may have delivered and committed meanwhile) and flag what lies
-        before the end as possibly delivered already (it may have gone out from there)."""
+        before the end as possibly delivered already (it may have gone out from there).
+        The read registers the lease's fencing token (``fences``, set by the cluster link):
+        the holder replaced can commit no more (StaleFence)."""
         stats = await self.store.queue_stats(self.queue_id)
-        committed = await self.store.committed_offset(QUEUE_GROUP, self.queue_id, partition)
+        committed = await self.store.committed_offset(
+            QUEUE_GROUP, self.queue_id, partition, self.fences[partition]
+        )
         # Dropped after the reads (which yield): the partition is read again from committed.
         self.buffer = deque(item for item in self.buffer if item[0] != partition)
         requeued = [item for item in self.requeued if item[1] != partition]
@@ -869,7 +893,28 @@ class QueueRuntime:
             return
         self.commit_dirty = False
         for partition, offset in enumerate(self.committed_offsets()):
-            await self.store.commit_offset(QUEUE_GROUP, self.queue_id, partition, offset)
+            fence = self.fences[partition]
+            try:
+                await self.store.commit_offset(QUEUE_GROUP, self.queue_id, partition, offset, fence)
+            except StaleFence as error:
+                self.lose_lease(partition, error)
+
+    def lose_lease(self, partition: int, error: StaleFence) -> None:
+        """The broker refused our fencing token: another gateway took the partition over
+        (our lease lapsed while we were paused or cut off from Redis). Stop delivering it;
+        what our consumers hold unacked is redelivered from there."""
+        if self.fences[partition] == 0:
+            return
+        log.warning(
+            "queue %r partition %d: offset commit refused (%s); lease token %d replaced, "
+            "no longer delivering this partition",
+            self.name,
+            partition,
+            error,
+            self.fences[partition],
+        )
+        self.fences[partition] = 0
+        self.set_lease(partition, False)
 
 
 def with_delivery_count(properties: bytes | memoryview, count: int | None) -> bytes:

@@ -328,6 +328,7 @@ class Session:
         self.published = True
         records: list[Record] = []
         confirms: list[tuple[ChannelState, int, bool]] = []
+        confirm_records: list[int] = []  # per confirm, its record's index (-1: none)
         woken: set[QueueRuntime] = set()
         now_ms = time.time_ns() // 1_000_000
         for publish in batch:
@@ -358,6 +359,7 @@ class Session:
             records.extend(held)  # copies held by delayed exchanges bound to this one
             if channel.confirm_mode:
                 confirms.append((channel, channel.next_publish_tag, not rejected))
+                confirm_records.append(len(records) - 1 - len(held) if record is not None else -1)
                 channel.next_publish_tag += 1
         end_offset, ok = 0, True
         counts = self.node.stats
@@ -382,6 +384,14 @@ class Session:
                 )
                 self.vhost.count_out(records)
             await self.vhost.stored(woken, records, result)
+            if result is not None and result.refused:  # the broker's length limit: nack
+                refused = {index for index, _, _ in result.refused}
+                confirms = [
+                    (channel, tag, accepted and index not in refused)
+                    for (channel, tag, accepted), index in zip(
+                        confirms, confirm_records, strict=True
+                    )
+                ]
         if self.tap is not None:
             self.tap.stored(ok)
         if confirms:

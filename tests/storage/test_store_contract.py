@@ -181,7 +181,7 @@ async def test_append_and_read_round_trip_every_field(kind: str, config: StoreCo
         assert together.queue_starts == {(1, 0): 3, (2, 1): 1}  # one group: starts kept
         assert together.start_offset == again.end_offset
         again = together
-        assert await store.append([]) == (again.end_offset, again.end_offset, 0, (), None, 0)
+        assert await store.append([]) == (again.end_offset, again.end_offset, 0, (), None, 0, ())
 
 
 async def test_read_statuses_and_limits(kind: str, config: StoreConfig) -> None:

@@ -72,15 +72,23 @@ records = st.builds(
 )
 requests = st.one_of(
     st.builds(Hello, u16, text),
-    st.builds(Append, st.lists(records, max_size=8), st.booleans(), st.integers(0, 2**64 - 1)),
+    st.builds(
+        Append,
+        st.lists(records, max_size=8),
+        st.booleans(),
+        st.integers(0, 2**64 - 1),
+        st.lists(st.tuples(u32, i64), max_size=4),
+    ),
     st.builds(WaitDurable, i64),
-    st.builds(Read, u32, u32, i64, u32, i64),
+    st.builds(Read, u32, u32, i64, u32, i64, u32),
     st.builds(CreateQueue, u32, u32),
     st.builds(DeleteQueue, u32),
     st.builds(Purge, u32, text),
     st.builds(GetQueueStats, u32, text),
-    st.builds(CommitOffsets, st.lists(st.builds(OffsetCommit, text, u32, u32, i64), max_size=5)),
-    st.builds(CommittedOffset, text, u32, u32),
+    st.builds(
+        CommitOffsets, st.lists(st.builds(OffsetCommit, text, u32, u32, i64, i64), max_size=5)
+    ),
+    st.builds(CommittedOffset, text, u32, u32, i64),
     st.builds(OffsetForTime, u32, u32, i64),
     st.builds(UncleanMarks, u32),
     st.builds(RestartMarks, u32),
@@ -107,6 +115,7 @@ append_results = st.builds(
     record_offsets=st.lists(offset, max_size=10).map(tuple),
     queue_starts=st.none() | st.dictionaries(st.tuples(u32, u16), offset, max_size=5),
     store_ts_ms=offset,
+    refused=st.lists(st.tuples(u32, u32, u16), max_size=4).map(tuple),
 )
 read_results = st.builds(
     ReadResult, st.sampled_from(ReadStatus), st.lists(messages, max_size=6), i64, i64, i64
