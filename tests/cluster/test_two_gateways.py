@@ -197,9 +197,9 @@ def test_a_dead_gateways_exclusive_queues_are_reaped(cluster: Cluster) -> None:
     a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
     _conn, ch = channel(a)
     ch.queue_declare("mine", exclusive=True)
-    check_for(2, lambda: "mine" in queue_names(b))
+    check_for(10, lambda: "mine" in queue_names(b))
     assert a.stop(signal.SIGKILL) == -signal.SIGKILL
-    check_for(12, lambda: "mine" not in queue_names(b))
+    check_for(30, lambda: "mine" not in queue_names(b))  # lease lapse (5 s) + reap
     assert "gateway gwA lapsed: 1 exclusive queue(s) deleted" in b.log()
 
 
