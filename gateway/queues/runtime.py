@@ -795,13 +795,23 @@ class QueueRuntime:
 
         Expired messages at the head leave first, so a count never includes them. In a
         cluster, a gateway that does not deliver the queue asks the broker (its own count
-        does not see what other gateways published or consumed)."""
+        does not see what other gateways published or consumed): what lies after the
+        committed offsets, the holder's unacked deliveries included. The holder counts from
+        its read positions against the broker's ends, since it never counted in at routing
+        what other gateways published."""
         if not self.holds_all_leases():
             stats = await self.store.queue_stats(self.queue_id)
             return stats.ready
         if self.behaviour.message_ttl_ms is not None or self.expirations_seen:
             await self.expire(wall_ms())
-        return self.ready_count
+        if self.leases is None:
+            return self.ready_count
+        stats = await self.store.queue_stats(self.queue_id)
+        unfetched = sum(
+            max(0, s.max_offset - max(self.cursors[s.partition], s.min_offset))
+            for s in stats.partitions
+        )
+        return unfetched + len(self.buffer) + len(self.requeued)
 
     # -- cluster delivery leases ------------------------------------------------------------
 

@@ -1,0 +1,41 @@
+"""Counts on the gateway that delivers a queue, when the messages came through another one:
+that gateway never counted them in at routing, so its own figure must not be what it answers
+(a negative count broke queue.delete-ok with 541 before)."""
+
+from __future__ import annotations
+
+from bench.servers import check_for
+from tests.cluster.conftest import Cluster
+from tests.cluster.test_two_gateways import channel
+
+
+def test_the_holder_counts_what_other_gateways_published(cluster: Cluster) -> None:
+    a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
+    conn_a, ch_a = channel(a)
+    ch_a.queue_declare("tally", durable=True)
+    ch_a.basic_qos(prefetch_count=5)
+    got: list[bytes] = []
+    ch_a.basic_consume("tally", lambda ch, m, _p, body: got.append(body))
+    check_for(10, lambda: "delivering queue 'tally'" in a.log(), interval_s=0.05)
+    conn_b, ch_b = channel(b)
+    ch_b.confirm_delivery()
+    check_for(5, lambda: ch_b.queue_declare("tally", passive=True))
+    for n in range(30):
+        ch_b.basic_publish("", "tally", b"%d" % n)
+
+    def five_held() -> bool:
+        conn_a.process_data_events(time_limit=0.05)
+        return len(got) == 5
+
+    check_for(10, five_held, interval_s=0)
+    # Five delivered and unacked, 25 ready: the same answer from both gateways.
+    # Five delivered and unacked: the holder says 25 ready, as RabbitMQ would; the other
+    # gateway counts from the committed offset, unacked included (docs/cluster.md).
+    check_for(5, lambda: ch_a.queue_declare("tally", passive=True).method.message_count == 25)
+    assert ch_b.queue_declare("tally", passive=True).method.message_count == 30
+    ch_a.close()  # the five come back
+    ch2 = conn_a.channel()
+    check_for(5, lambda: ch2.queue_declare("tally", passive=True).method.message_count == 30)
+    assert ch2.queue_delete("tally").method.message_count == 30
+    conn_a.close()
+    conn_b.close()
