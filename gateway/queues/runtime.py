@@ -418,6 +418,7 @@ class QueueRuntime:
             if self.exhausted:
                 return
         fetched: list[list[tuple[int, StoredMessage]]] = []
+        ends: dict[int, int] = {}  # partition -> the store's end, as this fill's reads saw it
         more = False
         # Not caught up while a read is in flight: a remote read yields, and an append
         # absorbed meanwhile (caught_up) would come back in this read too, twice.
@@ -433,6 +434,7 @@ class QueueRuntime:
             if result.status is ReadStatus.MOVED:
                 self._lost_to_retention(result.min_offset - self.cursors[p])
             self.cursors[p] = result.next_offset
+            ends[p] = result.max_offset
             more = more or result.next_offset < result.max_offset
             if result.messages:
                 fetched.append([(p, m) for m in result.messages])
@@ -441,12 +443,20 @@ class QueueRuntime:
         self.exhausted = not more
         if not more and self.on_exhausted is not None:
             self.on_exhausted(self)
-        if not fetched:
-            return
-        if len(fetched) == 1:
-            self.buffer.extend(fetched[0])
-        else:
-            self.buffer.extend(heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset))
+        if fetched:
+            if len(fetched) == 1:
+                self.buffer.extend(fetched[0])
+            else:
+                self.buffer.extend(heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset))
+        if self.leases is not None:
+            self._recount(ends)
+
+    def _recount(self, ends: Mapping[int, int]) -> None:
+        """Cluster: the ready count from the broker's ends seen by this fill, since other
+        gateways' publishes were never counted in here at routing (flow control and
+        drop-head read it). ready_bytes stays this gateway's own view."""
+        unfetched = sum(max(0, end - self.cursors[p]) for p, end in ends.items())
+        self.ready_count = unfetched + len(self.buffer) + len(self.requeued)
 
     def caught_up(self, starts: Mapping[tuple[int, int], int]) -> bool:
         """Whether messages appended at ``starts`` are the very next ones to read here, and

@@ -147,6 +147,8 @@ class PushScheduler:
         now = self.clock()
         if queue.consumers and not queue.paused and queue.holds_all_leases():
             await queue.fill()
+            if queue.leases is not None and queue.behaviour.has_limits and queue.over_limit():
+                await queue.enforce_limits()  # cluster: the fill counted others' publishes in
             result = queue.pump(self.quota, now)
             if queue.caught_up_event is not None and (
                 result is not PumpResult.QUOTA_USED or queue.ready_count <= FLOW_LOW

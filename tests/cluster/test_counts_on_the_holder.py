@@ -39,3 +39,36 @@ def test_the_holder_counts_what_other_gateways_published(cluster: Cluster) -> No
     assert ch2.queue_delete("tally").method.message_count == 30
     conn_a.close()
     conn_b.close()
+
+
+def test_drop_head_holds_on_the_holder_with_publishes_from_another_gateway(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
+    conn_a, ch_a = channel(a)
+    ch_a.queue_declare("capped", durable=True, arguments={"x-max-length": 10})
+    ch_a.basic_qos(prefetch_count=1)
+    got: list[bytes] = []
+    ch_a.basic_consume("capped", lambda ch, m, _p, body: got.append(body))  # never acks
+    check_for(10, lambda: "delivering queue 'capped'" in a.log(), interval_s=0.05)
+    conn_b, ch_b = channel(b)
+    ch_b.confirm_delivery()
+    check_for(5, lambda: ch_b.queue_declare("capped", passive=True))
+    for n in range(50):
+        ch_b.basic_publish("", "capped", b"%d" % n)
+
+    def trimmed() -> bool:
+        conn_a.process_data_events(time_limit=0.05)
+        return ch_a.queue_declare("capped", passive=True).method.message_count == 10
+
+    # The holder drops from the head down to ten ready (one more is unacked with A).
+    check_for(10, trimmed, interval_s=0)
+    ch_a.close()
+    ch2 = conn_a.channel()
+    bodies = []
+    while (message := ch2.basic_get("capped", auto_ack=True))[0] is not None:
+        bodies.append(message[2])
+    assert bodies[-10:] == [b"%d" % n for n in range(40, 50)]  # the newest ten kept
+    assert len(bodies) <= 11  # and at most the one A held besides
+    conn_a.close()
+    conn_b.close()
