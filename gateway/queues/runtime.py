@@ -494,7 +494,7 @@ class QueueRuntime:
             or self.requeued
             or self.paused
             or self.deleted
-            or self.leases is not None
+            or (self.leases is not None and not all(self.leases))  # cluster: delivered elsewhere
             or not self.consumers
         ):
             return False
