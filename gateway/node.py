@@ -17,7 +17,7 @@ from gateway import memory
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
 from gateway.cluster import metadata_sync
 from gateway.controls import Controls
-from gateway.features.broadcast import Broadcasts, BroadcastScheduler
+from gateway.features.broadcast import Broadcasts
 from gateway.features.delayed_exchange import DELAYED_KIND, DelayedDelivery
 from gateway.features.direct_reply import DirectReplies
 from gateway.features.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
@@ -26,6 +26,7 @@ from gateway.observe import taps
 from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
 from gateway.queues.runtime import QueueRuntime
+from gateway.queues.scheduler import PushScheduler
 from gateway.resource_alarm import Alarms, ResourceAlarm
 from gateway.sessions.access import Access
 from gateway.sessions.channel_state import ChannelState, Consumer
@@ -57,9 +58,8 @@ class Node:
         self.store = store
         self.meta = meta
         self.broadcasts = Broadcasts()
-        self.scheduler = BroadcastScheduler(
-            self.broadcasts, settings.push_tasks, settings.push_quota
-        )
+        self.scheduler = PushScheduler(settings.push_tasks, settings.push_quota)
+        self.scheduler.redirect = self.broadcasts.wake_instead
         self.vhosts: dict[str, VirtualHost] = {}
         self.sessions: set[Session] = set()
         self.open_connections = 0

@@ -6,7 +6,8 @@ buffer, requeue heap and in-flight set that commits under its own consumer group
 scheduler, prefetch, acks, nack/reject with requeue, no-ack and channel close treat it exactly
 like a queue. The queue's own runtime keeps the consumer list (declare-ok counts, exclusivity,
 if-unused, auto-delete, cancel on delete) but must not deliver to it: while it has consumers,
-``BroadcastScheduler`` hands its wake-ups (publishes, resume) to their subscriptions. The
+the push scheduler hands its wake-ups (publishes, resume) to their subscriptions
+(``Broadcasts.wake_instead``, plugged in as ``PushScheduler.redirect``). The
 queue's own group is never advanced by them.
 
 Positions
@@ -31,14 +32,12 @@ subscription: every consumer gets the full rate.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp.errors import AccessRefused, NotFound
 from gateway.queues.rate_limit import TokenBucket
 from gateway.queues.runtime import PumpResult, QueueRuntime
-from gateway.queues.scheduler import PushScheduler
 from meta.errors import resource_name
 from meta.models import QueueDef
 
@@ -208,32 +207,21 @@ class Broadcasts:
                     del subscriptions[group]
                     subscription.deleted = True  # no more turns in the scheduler
 
-    def queue_deleted(self, queue: QueueRuntime) -> None:
-        for subscription in self.by_queue.pop(queue, {}).values():
-            subscription.deleted = True  # its offsets went with the queue: nothing to commit
-
-
-class BroadcastScheduler(PushScheduler):
-    """The push scheduler; a broadcast queue's wakes go to its subscriptions instead."""
-
-    def __init__(
-        self,
-        broadcasts: Broadcasts,
-        tasks: int = 2,
-        quota: int = 64,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(tasks, quota, clock)
-        self.broadcasts = broadcasts
-
-    def wake(self, queue: QueueRuntime) -> None:
-        subscriptions = self.broadcasts.by_queue.get(queue)
+    def wake_instead(self, queue: QueueRuntime) -> list[QueueRuntime] | None:
+        """The push scheduler's redirect (``PushScheduler.redirect``): while a broadcast
+        queue has consumers they read through their subscriptions, so what woke the queue (a
+        publish, a resume) wakes each of them, and the queue must not deliver to them itself.
+        None (wake the queue) for any other queue, or one without consumers."""
+        subscriptions = self.by_queue.get(queue)
         if subscriptions is None or not queue.consumers:
-            super().wake(queue)  # without consumers the queue delivers nothing itself
-            return
-        # Its consumers read through their subscriptions: what woke the queue (a publish,
-        # a resume) concerns each of them, and the queue must not deliver to them itself.
+            return None
+        woken: list[QueueRuntime] = []
         for subscription in subscriptions.values():
             if subscription.consumer is not None:
                 subscription.exhausted = False
-                super().wake(subscription)
+                woken.append(subscription)
+        return woken
+
+    def queue_deleted(self, queue: QueueRuntime) -> None:
+        for subscription in self.by_queue.pop(queue, {}).values():
+            subscription.deleted = True  # its offsets went with the queue: nothing to commit

@@ -18,7 +18,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 
@@ -48,12 +48,25 @@ class PushScheduler:
         self.turn_time = Histogram()  # seconds per turn (mqgw_scheduler_turn_seconds)
         # Called (by a push task) for a queue whose x-expires passed while unused.
         self.on_unused: Callable[[QueueRuntime], Awaitable[None]] | None = None
+        # A feature that takes over a queue's wake-ups plugs in here: given the queue, it
+        # returns what to wake instead, or None for the queue itself (broadcast consumption
+        # wakes the consumers' subscriptions, gateway/features/broadcast.py).
+        self.redirect: Callable[[QueueRuntime], Iterable[QueueRuntime] | None] | None = None
 
     @property
     def ready_count(self) -> int:
         return len(self._ready)
 
     def wake(self, queue: QueueRuntime) -> None:
+        if self.redirect is not None:
+            instead = self.redirect(queue)
+            if instead is not None:
+                for other in instead:
+                    self._wake(other)
+                return
+        self._wake(queue)
+
+    def _wake(self, queue: QueueRuntime) -> None:
         if queue.deleted:
             return
         if queue.scheduled:

@@ -14,12 +14,12 @@ import pytest
 from gateway.amqp.errors import AccessRefused
 from gateway.features.broadcast import (
     Broadcasts,
-    BroadcastScheduler,
     BroadcastSubscription,
     connection_name,
 )
 from gateway.queues.rate_limit import TokenBucket
 from gateway.queues.runtime import PumpResult, QueueRuntime
+from gateway.queues.scheduler import PushScheduler
 from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.errors import PreconditionFailed as MetaPreconditionFailed
 from meta.models import QueueDef
@@ -38,7 +38,8 @@ class Node:
         self.store = store
         self.queue = queue
         self.broadcasts = Broadcasts()
-        self.scheduler = BroadcastScheduler(self.broadcasts, quota=16)
+        self.scheduler = PushScheduler(quota=16)
+        self.scheduler.redirect = self.broadcasts.wake_instead
         self.session = StubSession()
         self.channels = 0
         self.published = 0
