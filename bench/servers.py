@@ -66,8 +66,8 @@ def _port_open(port: int) -> bool:
     return True
 
 
-def tree_rss_mb(pid: int) -> float:
-    """VmRSS of ``pid`` and its descendants (beam.smp's helpers, say), in MB."""
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (beam.smp's helpers, say)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -77,17 +77,37 @@ def tree_rss_mb(pid: int) -> float:
                 continue
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
             children.setdefault(ppid, []).append(int(entry.name))
-    total_kb, todo = 0, [pid]
+    tree, todo = [], [pid]
     while todo:
         current = todo.pop()
+        tree.append(current)
         todo.extend(children.get(current, []))
+    return tree
+
+
+def tree_rss_mb(pid: int) -> float:
+    """VmRSS of ``pid`` and its descendants, in MB."""
+    total_kb = 0
+    for member in process_tree(pid):
         try:
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total_kb += int(line.split()[1])
         except OSError:
             continue
     return round(total_kb / 1024, 1)
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and its live descendants."""
+    ticks = 0
+    for member in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 _READY = re.compile(r"AMQP on [^ ]+:(\d+), admin on (?:off|[^ ]+:(\d+))")

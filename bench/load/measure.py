@@ -19,7 +19,7 @@ from bench.load.runner import (
     percentiles_ms,
 )
 from bench.load.scenarios import Scenario, split_counts
-from bench.servers import tree_rss_mb
+from bench.servers import tree_cpu_s, tree_rss_mb
 
 
 def run_scenario(scenario: Scenario, target: Target, scale: float, procs: int) -> dict[str, Any]:
@@ -61,6 +61,7 @@ def _execute(run: Run) -> dict[str, Any]:
     n_fast = len(con_plans) - (1 if s.slow_queues else 0)
     fast = [q for chunk in con_queues[:n_fast] for q in chunk]
     extra: dict[str, Any] = {}
+    cpu_start = tree_cpu_s(run.target.pid) if run.target.pid else None
     with new_progress_bar() as bar:
         task = bar.add_task(
             f"{s.name} @ {run.target.label}", total=sum(expected[q] for q in fast), status=""
@@ -97,6 +98,8 @@ def _execute(run: Run) -> dict[str, Any]:
         run.finish(consumers)
     if run.target.pid:
         extra["rss_end_mb"] = tree_rss_mb(run.target.pid)
+    if run.target.pid and cpu_start is not None:  # the server's, from /proc: per core's worth
+        extra["cpu_s"] = round(tree_cpu_s(run.target.pid) - cpu_start, 2)
     if s.backlog and run.target.data_dir:
         extra["disk_after_drain_mb"] = round(settled_dir_bytes(run.target.data_dir) / 2**20, 1)
     return _summary(run, publishers, consumers, reaches, con_queues, n_fast, extra)
@@ -196,6 +199,8 @@ def _summary(
     if s.backlog:
         out.update(_backlog_rates(pubs, consumers, fast_results, delivered))
     out.update(extra)
+    if "cpu_s" in out and delivered:  # efficiency per core: what survives a bigger machine
+        out["cpu_s_per_100k"] = round(out["cpu_s"] * 100_000 / delivered, 3)
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-DEFAULT_RATIOS = ("msgs_per_s", "p99_ms")
+DEFAULT_RATIOS = ("msgs_per_s", "p99_ms", "cpu_s_per_100k")
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,7 @@ SCENARIOS: dict[str, Scenario] = {
             deadline_s=1800.0,
             ratio_fields=(
                 "msgs_per_s",
+                "cpu_s_per_100k",
                 "publish_first_per_s",
                 "publish_last_per_s",
                 "drain_per_s",
@@ -120,7 +121,7 @@ SCENARIOS: dict[str, Scenario] = {
             1024,
             queues=10,
             slow_queues=1,
-            ratio_fields=("msgs_per_s", "fast_p99_ms"),
+            ratio_fields=("msgs_per_s", "fast_p99_ms", "cpu_s_per_100k"),
             description="one queue's consumer acks 10 msgs/s beside 9 fast queues",
         ),
     )
