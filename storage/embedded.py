@@ -81,9 +81,10 @@ class EmbeddedStore:
 
     def __init__(self, store: LogStore) -> None:
         self.log = store
-        # Index write-behind (LogStore.index_write_behind) stays off: entries held in memory at
-        # a kill must be re-dispatched at recovery, which a full disk refuses, so confirmed
-        # messages were unreadable until space came back (tests/compat/test_full_disk.py).
+        # Index write-behind for transient messages only: entries held in memory at a kill
+        # are rebuilt by recovery, which a full disk defers until space returns; a persistent
+        # message's are written before it is confirmed (tests/compat/test_full_disk.py).
+        store.index_write_behind = True
         self.config = store.config
         self.committer = GroupCommitter(store)
         self._sync = store.config.flush is FlushPolicy.SYNC

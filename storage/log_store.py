@@ -42,6 +42,7 @@ from storage.record import (
     HEADER_SIZE,
     HOLE_MAGIC,
     MESSAGE_MAGIC,
+    PERSISTENT,
     DispatchRun,
     Record,
     StoredMessage,
@@ -155,8 +156,8 @@ class LogStore:
         self.cqs: dict[tuple[int, int], ConsumeQueue] = {}
         self.durable_offset = 0
         self.checkpointed_offset = 0  # the dispatched offset of the last checkpoint written
-        # Appends may hold index entries in memory (ConsumeQueue.write_behind); the embedded
-        # store turns it on, as its checkpoints write them.
+        # Appends of transient messages may hold index entries in memory (ConsumeQueue.
+        # write_behind); the embedded store turns it on, as its checkpoints write them.
         self.index_write_behind = False
         self.recovery: RecoveryReport | None = None
         # Set while recovery's index entries wait for space (recovery.finish_recovery).
@@ -364,8 +365,12 @@ class LogStore:
         first, runs = self.commit_log.append(records, store_ts, offsets)
         undo: list[tuple[ConsumeQueue, int, int]] = []
         starts: dict[tuple[int, int], int] = {}
+        # Index entries may wait in memory only for transient messages: a persistent one's
+        # are written (to the page cache) before it can be confirmed, so a kill, even on a
+        # full disk where recovery could not rebuild them, leaves it readable.
+        hold = self.index_write_behind and not any(r.flags & PERSISTENT for r in records)
         try:
-            self._dispatch(runs, undo, starts)
+            self._dispatch(runs, undo, starts, hold)
         except OSError as exc:
             # Backwards: a queue reached by several runs ends where its first one found it.
             for cq, max_offset, last_commit in reversed(undo):
@@ -381,9 +386,9 @@ class LogStore:
         runs: list[DispatchRun],
         undo: list[tuple[ConsumeQueue, int, int]],
         starts: dict[tuple[int, int], int],
+        defer: bool,
     ) -> None:
         cqs = self.cqs
-        defer = self.index_write_behind
         for destinations, entries in runs:
             last_commit = CQ_ENTRY.unpack_from(entries, len(entries) - CQ_ENTRY_SIZE)[0]
             for destination in destinations:

@@ -52,6 +52,11 @@ ENTRY_SIZE_MASK = RELOCATED_ENTRY - 1
 Destination = tuple[int, int]  # (queue id, partition)
 
 
+# Record flag bits the store reads (the others are the caller's): a persistent message
+# must outlive a restart, so the index entries of an append holding one are never held back.
+PERSISTENT = 1
+
+
 class Record(NamedTuple):
     """A message to append. ``properties`` are the raw AMQP basic-properties bytes."""
 

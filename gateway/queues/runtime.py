@@ -34,6 +34,7 @@ from gateway.queues.rate_limit import TokenBucket
 from meta.models import QueueDef
 from storage import QUEUE_GROUP, ReadStatus, StoredMessage, StorePort
 from storage.errors import StaleFence
+from storage.record import PERSISTENT
 
 if TYPE_CHECKING:
     from gateway.queues.consumer import QueueConsumer as Consumer
@@ -46,7 +47,7 @@ LOW_WATER = 64
 # consumers could take messages but are this far behind is not read until they catch up.
 FLOW_HIGH = 2_000
 FLOW_LOW = 500
-PERSISTENT_FLAG = 1  # record flag bits (set by the publisher path)
+PERSISTENT_FLAG = PERSISTENT  # record flag bits (set by the publisher path); the store's
 EXPIRATION_FLAG = 2  # the message carries an expiration property
 REDELIVERED_FLAG = 4  # re-entered its queue after a redelivery backoff
 

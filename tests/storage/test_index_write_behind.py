@@ -14,8 +14,9 @@ import pytest
 from storage import LogStore, StoreConfig, StoreWriteError
 from storage import consume_queue as consume_queue_module
 from storage.file_system import FileSystem
-from storage.record import CQ_ENTRY_SIZE
-from tests.storage.helpers import bodies, rec
+from storage.record import CQ_ENTRY_SIZE, PERSISTENT, Record
+from tests.storage.helpers import bodies
+from tests.storage.helpers import rec as persistent_rec
 
 
 class IndexFaults(FileSystem):
@@ -52,6 +53,11 @@ def _store(config: StoreConfig, fs: FileSystem | None = None) -> LogStore:
     store = LogStore.open(config, fs)
     store.index_write_behind = True
     return store
+
+
+def rec(body: bytes, *dests: tuple[int, int]) -> Record:
+    """A transient message: the kind whose index entries may wait in memory."""
+    return persistent_rec(body, *dests)._replace(flags=0)
 
 
 EXPECTED = [b"m%03d" % i for i in range(40)]
@@ -167,4 +173,21 @@ def test_a_queue_reached_by_several_runs_of_a_failed_append_ends_where_it_was(
     fs.fail_index = False
     store.append([rec(b"d", (1, 0))])
     assert bodies(store.read(1, 0, 0, 100).messages) == [*EXPECTED[:3], b"d"]
+    store.close()
+
+
+def test_a_persistent_message_never_waits_in_memory(small_config: StoreConfig) -> None:
+    """Its entry goes to the file with its append, taking the transient ones held before it in
+    that queue along: a kill, even on a full disk recovery could not rebuild on, keeps it."""
+    store = _store(small_config)
+    store.create_queue(1, 1)
+    for body in EXPECTED[:5]:
+        store.append([rec(body, (1, 0))])  # transient: held
+    assert _index_bytes(small_config, 1) == 0
+    store.append([persistent_rec(b"kept", (1, 0))])
+    assert PERSISTENT & persistent_rec(b"", (1, 0)).flags
+    assert _index_bytes(small_config, 1) == 6 * CQ_ENTRY_SIZE  # all six, in order
+    assert bodies(store.read(1, 0, 0, 100).messages) == [*EXPECTED[:5], b"kept"]
+    store.append([rec(b"after", (1, 0))])  # transient again: held
+    assert _index_bytes(small_config, 1) == 6 * CQ_ENTRY_SIZE
     store.close()
