@@ -254,8 +254,9 @@ class EmbeddedStore:
         # would write checkpoint.json through the same temporary file, and an older offset
         # could land after a newer one.
         async with self._checkpointing:
-            if not self._sync:
-                await self.committer.flush_now()
+            # Everything written so far durable first (under sync flush too: appends nobody
+            # waits on, such as transient messages', are flushed here).
+            await self.committer.wait_durable(self.log.commit_log.write_offset)
             # Index entries recovery could not write on a full disk: here, on the loop
             # (appends write the indexes too). Until they are in, no checkpoint is written.
             finish_recovery(self.log)

@@ -45,6 +45,7 @@ from gateway.sessions.publishing import route_publish
 from gateway.vhost import amqp_error
 from meta.errors import MetadataUnavailable, MetaError
 from storage import Record, StoredMessage, StoreError
+from storage.record import PERSISTENT
 
 if TYPE_CHECKING:
     from gateway.node import Node
@@ -395,10 +396,21 @@ class Session:
         if self.tap is not None:
             self.tap.stored(ok)
         if confirms:
+            if end_offset and self._transient_only(records):
+                end_offset = 0  # nothing to make durable: confirmed once stored, as RabbitMQ
             await self._confirm_send.send((confirms, end_offset, ok))
         for queue in woken:
             if queue.congested():
                 await self._wait_for_consumers(queue)
+
+    def _transient_only(self, records: list[Record]) -> bool:
+        """A batch of transient messages only, on the embedded node: RabbitMQ confirms such
+        messages without an fsync, and they do not outlive a restart there either. In a
+        cluster every confirm waits for the broker (and its replicas): a failover must not
+        take back what was confirmed."""
+        if self.node.cluster is not None:
+            return False
+        return not any(record.flags & PERSISTENT for record in records)
 
     async def _wait_for_consumers(self, queue: QueueRuntime) -> None:
         """Flow control: this connection is not read while a queue it publishes to is far

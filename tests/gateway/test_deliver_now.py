@@ -5,12 +5,15 @@ and the order a consumer sees is publish order either way."""
 
 from __future__ import annotations
 
+import base64
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.servers import check_for, free_port
 from tests.harness.processes import GatewayProcess
@@ -111,3 +114,34 @@ def test_everything_else_is_stored(gateway: GatewayProcess, case: str) -> None:
     assert got == bodies
     assert _stored(gateway, "kept") == len(bodies)
     conn.close()
+
+
+def test_transient_confirms_do_not_wait_for_an_fsync(gateway: GatewayProcess) -> None:
+    """RabbitMQ confirms a transient message once its queues have it, with no fsync; a
+    persistent one after. The gateway's durability waits (mqgw_store_durable_wait_seconds)
+    count only the latter."""
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.url))
+    ch = conn.channel()
+    ch.queue_declare("confirmed", durable=True)
+    ch.confirm_delivery()
+    waits = _durable_waits(gateway)
+    for n in range(50):
+        ch.basic_publish("", "confirmed", b"t%d" % n, TRANSIENT)  # each returns once acked
+    assert _durable_waits(gateway) == waits
+    for n in range(5):
+        ch.basic_publish("", "confirmed", b"p%d" % n, PERSISTENT)
+    assert _durable_waits(gateway) == waits + 5
+    assert _queue(gateway, "confirmed")["messages"] == 55
+    conn.close()
+
+
+def _durable_waits(gateway: GatewayProcess) -> float:
+    request = urllib.request.Request(f"http://127.0.0.1:{gateway.admin_port}/metrics")
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "mqgw_store_durable_wait_seconds_count":
+                return sample.value
+    raise AssertionError("no mqgw_store_durable_wait_seconds in /metrics")
