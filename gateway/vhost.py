@@ -18,7 +18,7 @@ from gateway.amqp.property_bytes import PropertyError
 from gateway.features.queue_kinds import new_queue_runtime
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
 from gateway.queues.dead_letter import DeadLetter, is_cycle, republish
-from gateway.queues.runtime import PERSISTENT_FLAG, QueueRuntime
+from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router, UnknownExchange
 from meta.errors import MetaError
@@ -32,6 +32,7 @@ from storage import (
     StorePort,
     UnknownQueue,
 )
+from storage.record import PERSISTENT
 
 if TYPE_CHECKING:
     from gateway.cluster.placement import QueuePlacement
@@ -184,7 +185,7 @@ class VirtualHost:
                     record.routing_key.decode(),
                     bytes(record.properties),
                     bytes(record.body),
-                    bool(record.flags & PERSISTENT_FLAG),
+                    bool(record.flags & PERSISTENT),
                     b.dlx,
                     b.dlrk,
                 )
@@ -323,7 +324,7 @@ class VirtualHost:
             letter.body,
             tuple((self.queues[name].queue_id, 0) for name in targets),
             now_ms,
-            PERSISTENT_FLAG if letter.persistent else 0,
+            PERSISTENT if letter.persistent else 0,
         )
 
     # -- exchanges -----------------------------------------------------------------------

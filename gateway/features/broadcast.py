@@ -120,12 +120,7 @@ class BroadcastSubscription(QueueRuntime):
 
     async def message_count(self) -> int:
         """Ready for this consumer: not yet fetched, buffered or requeued (offset arithmetic)."""
-        stats = await self.store.queue_stats(self.queue_id)
-        unfetched = sum(
-            max(0, s.max_offset - max(self.cursors[s.partition], s.min_offset))
-            for s in stats.partitions
-        )
-        return unfetched + len(self.buffer) + len(self.requeued)
+        return await self.ready_in_store()
 
     @property
     def idle(self) -> bool:

@@ -20,7 +20,7 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,6 @@ LOW_WATER = 64
 # consumers could take messages but are this far behind is not read until they catch up.
 FLOW_HIGH = 2_000
 FLOW_LOW = 500
-PERSISTENT_FLAG = PERSISTENT  # record flag bits (set by the publisher path); the store's
 EXPIRATION_FLAG = 2  # the message carries an expiration property
 REDELIVERED_FLAG = 4  # re-entered its queue after a redelivery backoff
 
@@ -288,7 +287,7 @@ class QueueRuntime:
                 publish.routing_key,
                 properties,
                 bytes(publish.body),
-                bool(record_flags & PERSISTENT_FLAG),
+                bool(record_flags & PERSISTENT),
                 b.dlx,
                 b.dlrk,
             )
@@ -386,7 +385,7 @@ class QueueRuntime:
             self.ready_bytes -= len(message.body)
             if (
                 message.queue_offset < self.restart_below[partition]
-                and not message.flags & PERSISTENT_FLAG
+                and not message.flags & PERSISTENT
             ):
                 self.commit_dirty = True  # a transient message from before the restart: gone
                 continue
@@ -419,7 +418,7 @@ class QueueRuntime:
             if self.exhausted:
                 return
         fetched: list[list[tuple[int, StoredMessage]]] = []
-        ends: dict[int, int] = {}  # partition -> the store's end, as this fill's reads saw it
+        ends: list[tuple[int, int, int]] = []  # (partition, min, end) as this fill's reads saw
         more = False
         # Not caught up while a read is in flight: a remote read yields, and an append
         # absorbed meanwhile (caught_up) would come back in this read too, twice.
@@ -435,7 +434,7 @@ class QueueRuntime:
             if result.status is ReadStatus.MOVED:
                 self._lost_to_retention(result.min_offset - self.cursors[p])
             self.cursors[p] = result.next_offset
-            ends[p] = result.max_offset
+            ends.append((p, result.min_offset, result.max_offset))
             more = more or result.next_offset < result.max_offset
             if result.messages:
                 fetched.append([(p, m) for m in result.messages])
@@ -450,14 +449,21 @@ class QueueRuntime:
             else:
                 self.buffer.extend(heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset))
         if self.leases is not None:
-            self._recount(ends)
+            # Cluster: other gateways' publishes were never counted in here at routing, so
+            # the count comes from the ends this fill saw (flow control and drop-head read
+            # it); ready_bytes stays this gateway's own view.
+            self.ready_count = self._ready_at(ends)
 
-    def _recount(self, ends: Mapping[int, int]) -> None:
-        """Cluster: the ready count from the broker's ends seen by this fill, since other
-        gateways' publishes were never counted in here at routing (flow control and
-        drop-head read it). ready_bytes stays this gateway's own view."""
-        unfetched = sum(max(0, end - self.cursors[p]) for p, end in ends.items())
-        self.ready_count = unfetched + len(self.buffer) + len(self.requeued)
+    def _ready_at(self, ends: Iterable[tuple[int, int, int]]) -> int:
+        """Ready messages, given the store's (partition, min offset, end offset): what lies
+        past this queue's read positions, and what it holds in hand (buffer, requeued)."""
+        unfetched = sum(max(0, end - max(self.cursors[p], low)) for p, low, end in ends)
+        return unfetched + len(self.buffer) + len(self.requeued)
+
+    async def ready_in_store(self) -> int:
+        """``_ready_at`` against the store's current ends (a store call)."""
+        stats = await self.store.queue_stats(self.queue_id)
+        return self._ready_at((s.partition, s.min_offset, s.max_offset) for s in stats.partitions)
 
     def caught_up(self, starts: Mapping[tuple[int, int], int]) -> bool:
         """Whether messages appended at ``starts`` are the very next ones to read here, and
@@ -640,7 +646,7 @@ class QueueRuntime:
                 message.routing_key.decode(),
                 bytes(message.properties),
                 bytes(message.body),
-                bool(message.flags & PERSISTENT_FLAG),
+                bool(message.flags & PERSISTENT),
                 dlx,
                 dlrk,
                 to_dlq and b.dlx is None,
@@ -817,12 +823,7 @@ class QueueRuntime:
             await self.expire(wall_ms())
         if self.leases is None:
             return self.ready_count
-        stats = await self.store.queue_stats(self.queue_id)
-        unfetched = sum(
-            max(0, s.max_offset - max(self.cursors[s.partition], s.min_offset))
-            for s in stats.partitions
-        )
-        return unfetched + len(self.buffer) + len(self.requeued)
+        return await self.ready_in_store()
 
     # -- cluster delivery leases ------------------------------------------------------------
 
