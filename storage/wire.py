@@ -298,11 +298,19 @@ def _get_append(reader: PayloadReader) -> Append:
         append(make(Record, (data[p:q], data[q:r], data[r:s], data[s:pos], dests, born, flags)))
     (count,) = U16.unpack_from(data, pos)
     pos += U16.size
-    limits = list(LIMIT.iter_unpack(data[pos : pos + LIMIT.size * count]))
-    if len(limits) != count:
-        raise ProtocolError("length limits run past the end of the frame")
-    reader.pos = pos + LIMIT.size * count
+    limits, reader.pos = _items(data, pos, count, LIMIT, "length limits")
     return Append(records, wait, batch_id, limits)
+
+
+def _items(
+    buf: bytes | memoryview, pos: int, count: int, item: struct.Struct, what: str
+) -> tuple[list[tuple[Any, ...]], int]:
+    """``count`` fixed-size items at ``pos``, and the position after them."""
+    end = pos + item.size * count
+    items = list(item.iter_unpack(buf[pos:end]))
+    if len(items) != count:
+        raise ProtocolError(f"{what} run past the end of the frame")
+    return items, end
 
 
 def _put_append_result(parts: list[Any], result: AppendResult) -> None:
@@ -339,11 +347,8 @@ def _get_append_result(reader: PayloadReader) -> AppendResult:
         pos += 1
     (m,) = FRAME_LEN.unpack_from(buf, pos)
     pos += FRAME_LEN.size
-    refused = tuple(REFUSED.iter_unpack(buf[pos : pos + REFUSED.size * m]))
-    if len(refused) != m:
-        raise ProtocolError("refused destinations run past the end of the frame")
-    reader.pos = pos + REFUSED.size * m
-    return AppendResult(start, end, count, offsets, starts, store_ts, refused)
+    refused, reader.pos = _items(buf, pos, m, REFUSED, "refused destinations")
+    return AppendResult(start, end, count, offsets, starts, store_ts, tuple(refused))
 
 
 # -- read ----------------------------------------------------------------------------------
