@@ -385,6 +385,8 @@ class Session:
                 )
                 self.vhost.count_out(records)
             await self.vhost.stored(woken, records, result)
+            if end_offset >= self.node.next_resource_look:
+                await self.node.look_at_resources(end_offset)
             if result is not None and result.refused:  # the broker's length limit: nack
                 refused = {index for index, _, _ in result.refused}
                 confirms = [
