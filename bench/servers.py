@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from bench.load.connection import RawConnection
 from mqgw_cli.admin_client import admin_call  # readiness probe: our own raw client
+from mqgw_cli.ports import free_port
 
 T = TypeVar("T")
 
@@ -49,13 +50,6 @@ def check_for(timeout_s: float, probe: Callable[[], T | None], interval_s: float
             last_error = error
         time.sleep(interval_s)
     raise TimeoutError(f"condition not met within {timeout_s}s (last error: {last_error})")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _port_open(port: int) -> bool:

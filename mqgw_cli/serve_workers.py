@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import sys
 from enum import Enum
 from pathlib import Path
@@ -30,12 +29,13 @@ from types import FrameType
 from typing import Any
 
 from bench.cluster import launch, probes
-from bench.cluster.layout import HOST, BrokerMember, Cluster, ClusterError, RedisMember, port_free
+from bench.cluster.layout import HOST, BrokerMember, Cluster, ClusterError, RedisMember
 from gateway.config_sources import HOST as HOST_KEY
 from gateway.config_sources import flag_name
 from gateway.settings import GatewaySettings
 from mqgw_cli.broker_command import STORE_KEYS
 from mqgw_cli.config_commands import DEST
+from mqgw_cli.ports import free_port, port_free
 from mqgw_cli.supervisor import Child, StartFailed, Supervisor
 
 READY_TIMEOUT_S = 60.0
@@ -139,17 +139,8 @@ def _worker_child(
     return Child(name, argv, logs / f"{name}.log", ready, describe=where)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _plan_cluster(data_dir: Path) -> Cluster:
-    redis_port, broker_port = free_port(), free_port()
-    while broker_port == redis_port:
-        broker_port = free_port()
+    redis_port, broker_port = free_port(), free_port()  # distinct: never handed out twice
     redis = RedisMember(
         name="redis",
         port=redis_port,

@@ -30,8 +30,8 @@ from bench.cluster.layout import (
     Member,
     RedisMember,
     WatcherMember,
-    port_free,
 )
+from mqgw_cli.ports import port_free
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _POLL_S = 0.05

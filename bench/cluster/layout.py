@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import socket
 from dataclasses import asdict, dataclass, field
 from itertools import product
 from pathlib import Path
 from typing import Any
+
+from mqgw_cli.ports import free_port, port_free
 
 FORMAT = 2  # cluster.json's format version: bump when a reader must change
 # Format 1 (cluster part 1) is format 2 without controllers, watcher, epochs and replication:
@@ -223,18 +224,6 @@ def load(directory: Path) -> Cluster:
         raise ClusterError(f"{path} is not a cluster description: {error}") from None
 
 
-def port_free(port: int) -> bool:
-    """Can a server bind ``port`` on loopback now? (SO_REUSEADDR, as servers bind: a port
-    in TIME_WAIT after a stop counts as free.)"""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
 class _Ports:
     """Hands out distinct loopback ports: a previous one when it is still free, else a new
     one the kernel says is free now."""
@@ -247,9 +236,7 @@ class _Ports:
             self._taken.add(previous)
             return previous
         while True:
-            with socket.socket() as sock:
-                sock.bind((HOST, 0))
-                port: int = sock.getsockname()[1]
+            port = free_port()
             if port not in self._taken:
                 self._taken.add(port)
                 return port
