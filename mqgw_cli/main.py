@@ -88,17 +88,25 @@ def _bench_compare(args: argparse.Namespace) -> int:
             raise SystemExit("mqgw bench compare: --with-cluster starts its own sides, not URLs")
         if any(n < 1 for n in args.cluster_gateways):
             raise SystemExit("mqgw bench compare: --cluster-gateways must be ≥ 1")
-        report = compare_cluster(
-            pick(args.scenarios),
-            args.cluster_gateways,
-            args.with_rabbitmq,
-            args.scale,
-            args.rounds,
-            args.procs,
-        )
-        return 1 if report["left_running"] else 0
+        from bench.cpu_cap import CpuCapError
+
+        try:
+            report = compare_cluster(
+                pick(args.scenarios),
+                args.cluster_gateways,
+                args.with_rabbitmq,
+                args.scale,
+                args.rounds,
+                args.procs,
+                args.gateway_cpu,
+            )
+        except CpuCapError as error:
+            raise SystemExit(f"mqgw bench compare: --gateway-cpu: {error}") from None
+        return 1 if report["left_running"] or report["cgroups_left"] else 0
     if args.cluster_gateways != [2]:
         raise SystemExit("mqgw bench compare: --cluster-gateways goes with --with-cluster")
+    if args.gateway_cpu is not None:
+        raise SystemExit("mqgw bench compare: --gateway-cpu goes with --with-cluster")
     if not args.with_rabbitmq and not args.compare:
         raise SystemExit(
             "mqgw bench compare: give --compare URL_A URL_B, --with-rabbitmq or --with-cluster"
@@ -206,6 +214,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=[2],
         metavar="N",
         help="gateways of the cluster (default 2); several (2 1): one cluster each",
+    )
+    side.add_argument(
+        "--gateway-cpu",
+        type=float,
+        default=None,
+        metavar="CORES",
+        help="with --with-cluster: cap each gateway process (the cluster's and the embedded "
+        "node) at CORES cores with a cgroup (0.5), so the gateway is the bottleneck; "
+        "needs root and a cpu cgroup controller",
     )
     side.add_argument("--rounds", type=int, default=3)
     side.set_defaults(func=_bench_compare)

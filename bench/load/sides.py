@@ -14,13 +14,15 @@ also on an exception or Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.cluster import control
 from bench.cluster.layout import Member, Shape
+from bench.cpu_cap import CapStats, CpuCap, describe
 from bench.load.runner import Target, console
 from bench.servers import GatewayServer, RabbitMQProcess
 from mqgw_cli.admin_client import admin_call
@@ -39,6 +41,7 @@ class Side:
     gateways: int | None = None  # a cluster's gateway count; None for a single node
     pids: list[int] = field(default_factory=list)  # every process it runs, to check they go
     counters: Callable[[], Counters] | None = None  # per gateway totals, now
+    cap_stats: Callable[[], CapStats] | None = None  # its capped gateways' CPU, now
 
     @property
     def is_cluster(self) -> bool:
@@ -69,11 +72,17 @@ def rabbitmq_target(root: Path) -> Iterator[Target]:
 
 
 @contextlib.contextmanager
-def embedded_side(root: Path) -> Iterator[Side]:
+def embedded_side(root: Path, cap: CpuCap | None = None) -> Iterator[Side]:
+    """The embedded node; with ``cap``, under the same CPU cap as each cluster gateway."""
     console.print("starting the embedded node (sync flush)")
     with gateway_target(root) as target:
         assert target.pid is not None
-        yield Side("embedded", target, pids=[target.pid])
+        side = Side("embedded", target, pids=[target.pid])
+        if cap is not None:
+            cap.cap("embedded", target.pid)
+            side.target = replace(target, policy=f"{target.policy}; {describe(cap.cores)}")
+            side.cap_stats = functools.partial(cap.stats, ["embedded"])
+        yield side
 
 
 @contextlib.contextmanager
@@ -107,7 +116,9 @@ def _environment(**values: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def cluster_side(root: Path, gateways: int) -> Iterator[Side]:
+def cluster_side(root: Path, gateways: int, cap: CpuCap | None = None) -> Iterator[Side]:
+    """A cluster; with ``cap``, each gateway in a cgroup of its own (not Redis, not the
+    broker)."""
     name = f"cluster-{gateways}gw"
     directory = root / name
     console.print(f"starting {name}: redis, 1 broker (sync flush), {gateways} gateway(s)")
@@ -124,10 +135,20 @@ def cluster_side(root: Path, gateways: int) -> Iterator[Side]:
             f"cluster: {gateways} gateway(s) -> 1 broker, sync flush: group-commit fsync "
             "before each confirm"
         )
+        capped: list[str] = []
+        if cap is not None:
+            for gateway in cluster.gateways:
+                assert gateway.pid is not None
+                capped.append(f"{name}-{gateway.name}")
+                cap.cap(capped[-1], gateway.pid)
+            policy += f"; {describe(cap.cores)}"
         target = Target(urls[0], name, policy, None, Path(broker.data_dir), urls=urls)
         admins = {g.name: g.admin_url for g in cluster.gateways}
         pids = [m.pid for m in cluster.members() if m.pid is not None]
-        yield Side(name, target, gateways, pids, lambda: gateway_counters(admins))
+        side = Side(name, target, gateways, pids, lambda: gateway_counters(admins))
+        if cap is not None:
+            side.cap_stats = functools.partial(cap.stats, capped)
+        yield side
     finally:
         stopped = control.down(directory, CLUSTER_STOP_TIMEOUT_S)
         left = [s.member.name for s in stopped if not s.gone]

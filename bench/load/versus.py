@@ -6,6 +6,11 @@ round, so drift and a warm page cache favour none of them. Per scenario it print
 after it (ratios are taken within a round, then the median over rounds), as JSON lines and a
 table. A cluster side's runs also say how many publishes and deliveries each of its gateways
 handled (``per_gateway``): the load is meant to cross gateways.
+
+With ``gateway_cpu`` every gateway process (the cluster's and the embedded node) runs under a
+CPU cap of its own (bench/cpu_cap.py), so the gateway, not the machine, is the bottleneck;
+each run then says how much CPU each capped gateway used and how often it was throttled
+(``cpu_cap``).
 """
 
 from __future__ import annotations
@@ -16,14 +21,17 @@ import shutil
 import signal
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from bench.cpu_cap import CapStats, CpuCap, describe
 from bench.load.measure import run_scenario
 from bench.load.runner import console
 from bench.load.scenarios import Scenario
@@ -61,16 +69,22 @@ def compare_cluster(
     scale: float,
     rounds: int,
     procs: int,
+    gateway_cpu: float | None = None,
 ) -> dict[str, Any]:
     """Start the sides, run, stop them all; the summaries, the sides and whether every
-    process they started has gone."""
+    process they started has gone. ``gateway_cpu``: cap each gateway at that many cores."""
     sides: list[Side] = []
+    cap: CpuCap | None = None
+    cap_note = describe(gateway_cpu) if gateway_cpu is not None else None
     with _sigterm_unwinds(), contextlib.ExitStack() as stack:
         root = Path(tempfile.mkdtemp(prefix="mqgw-bench-cluster-"))
         stack.callback(shutil.rmtree, root, ignore_errors=True)
+        if gateway_cpu is not None:  # entered first, left last: after every side stopped
+            cap = stack.enter_context(CpuCap(gateway_cpu))
+            console.print(f"{cap_note} (cgroup v{cap.hierarchy.version if cap.hierarchy else '?'})")
         for gateways in cluster_gateways:
-            sides.append(stack.enter_context(cluster_side(root, gateways)))
-        sides.append(stack.enter_context(embedded_side(root)))
+            sides.append(stack.enter_context(cluster_side(root, gateways, cap)))
+        sides.append(stack.enter_context(embedded_side(root, cap)))
         if with_rabbitmq:
             sides.append(stack.enter_context(rabbitmq_side(root)))
         for side in sides:
@@ -79,15 +93,21 @@ def compare_cluster(
         console.print("stopping every side")
     left = [pid for side in sides for pid in side.pids if pid_alive(pid)]
     console.print(f"[red]still running: {left}" if left else "every process stopped")
-    summaries = [_summary(s, rows[s.name], sides) for s in scenarios]
+    cgroups_left = [str(path) for path in cap.left] if cap is not None else []
+    if cgroups_left:
+        console.print(f"[red]cgroups not removed: {', '.join(cgroups_left)}")
+    summaries = [_summary(s, rows[s.name], sides, gateway_cpu) for s in scenarios]
     for summary in summaries:
         print(json.dumps(summary), flush=True)
-    _table(summaries, sides)
+    _table(summaries, sides, cap_note)
     return {
         "summaries": summaries,
         "rows": rows,
         "sides": [_describe(side) for side in sides],
         "left_running": left,
+        "gateway_cpu": gateway_cpu,
+        "cap": cap_note,
+        "cgroups_left": cgroups_left,
     }
 
 
@@ -110,14 +130,19 @@ def _rounds(
 
 def _run(scenario: Scenario, side: Side, scale: float, procs: int) -> dict[str, Any]:
     before = _counters(side)
+    cap_before, started = _cap_stats(side), time.monotonic()
     try:
         result = run_scenario(scenario, side.target, scale, procs)
     except Exception as error:  # report and go on: one broken scenario must not end the run
         result = {"scenario": scenario.name, "target": side.target.label, "error": str(error)}
     result = {"side": side.name, "gateways": side.gateways, **result}
+    cap_after, wall_s = _cap_stats(side), time.monotonic() - started
     after = _counters(side)
     if before is not None and after is not None:
         result["per_gateway"] = counters_delta(before, after)
+    if cap_before is not None and cap_after is not None:
+        # Over the measured seconds (the run's busy part), not its setup and teardown.
+        result["cpu_cap"] = cap_usage(cap_before, cap_after, _number(result, "seconds") or wall_s)
     print(json.dumps(result), flush=True)
     return result
 
@@ -130,6 +155,34 @@ def _counters(side: Side) -> Counters | None:
     except Exception as error:  # a figure for the report, not a reason to stop the run
         console.print(f"[yellow]{side.name}: cannot read gateway counters: {error}")
         return None
+
+
+def _cap_stats(side: Side) -> CapStats | None:
+    if side.cap_stats is None:
+        return None
+    try:
+        return side.cap_stats()
+    except (OSError, ValueError) as error:  # a figure for the report, not a reason to stop
+        console.print(f"[yellow]{side.name}: cannot read the CPU cap's figures: {error}")
+        return None
+
+
+def cap_usage(before: CapStats, after: CapStats, busy_s: float) -> dict[str, dict[str, float]]:
+    """Per capped gateway over one run: CPU seconds, cores used on average over ``busy_s``
+    (a slight overestimate: the CPU seconds include setup), and the share of its CFS periods
+    in which the cap held it back."""
+    usage = {}
+    for name, now in after.items():
+        then = before.get(name, {})
+        cpu_s = now["cpu_s"] - then.get("cpu_s", 0.0)
+        periods = now["periods"] - then.get("periods", 0.0)
+        throttled = now["throttled"] - then.get("throttled", 0.0)
+        usage[name] = {
+            "cpu_s": round(cpu_s, 2),
+            "cores": round(cpu_s / busy_s, 3) if busy_s > 0 else 0.0,
+            "throttled_share": round(throttled / periods, 3) if periods else 0.0,
+        }
+    return usage
 
 
 def _spread(values: list[float]) -> dict[str, float] | None:
@@ -152,9 +205,13 @@ def ratio_pairs(sides: list[Side]) -> list[tuple[Side, Side]]:
     return [(a, b) for i, a in enumerate(sides) if a.is_cluster for b in sides[i + 1 :]]
 
 
-def _summary(scenario: Scenario, rows: Rows, sides: list[Side]) -> dict[str, Any]:
+def _summary(
+    scenario: Scenario, rows: Rows, sides: list[Side], gateway_cpu: float | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "summary": scenario.name,
+        "gateway_cpu": gateway_cpu,  # cores per gateway process; None: not capped
+        "cap": describe(gateway_cpu) if gateway_cpu is not None else None,
         "rounds": len(rows),
         "figures": list(scenario.ratio_fields),
         "errors": sum(1 for row in rows for r in row.values() if "error" in r),
@@ -194,12 +251,12 @@ def _describe(side: Side) -> dict[str, Any]:
     }
 
 
-def _table(summaries: list[dict[str, Any]], sides: list[Side]) -> None:
+def _table(summaries: list[dict[str, Any]], sides: list[Side], cap_note: str | None) -> None:
     pairs = [f"{a.name}/{b.name}" for a, b in ratio_pairs(sides)]
     short = [f"{_short(a)}/{_short(b)}" for a, b in ratio_pairs(sides)]
-    table = Table(
-        title="cluster comparison: median over rounds (± half the spread); ratios [min-max]"
-    )
+    title = "cluster comparison: median over rounds (± half the spread); ratios [min-max]"
+    # escape: rich would take "[min-max]" for a style tag and drop it
+    table = Table(title=escape(f"{title}; {cap_note}" if cap_note else title))
     for col in ("scenario", "figure", *(s.name for s in sides), *short, "lost/dup"):
         table.add_column(col, justify="right", no_wrap=True)
     for summary in summaries:
