@@ -32,6 +32,7 @@ from storage.remote_store import BrokerUnavailable, RemoteStore, connect_remote_
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,
+    DeliveryProgress,
     PartitionStats,
     QueueStats,
     ReadResult,
@@ -45,6 +46,7 @@ __all__ = [
     "AppendResult",
     "BrokerUnavailable",
     "CorruptionError",
+    "DeliveryProgress",
     "DiskFull",
     "EmbeddedStore",
     "FlushPolicy",

@@ -16,7 +16,8 @@ Per connection three tasks, whatever the number of requests in flight:
 A READ with ``wait_ms`` that finds nothing new is held in a task of its own (many per
 connection are fine, none holds the reader) until an append reaches its partition, its queue
 is deleted or purged, the wait runs out, or the connection goes (storage/broker_limits.py:
-ReadWaits). An APPEND carrying length limits has its over-limit destinations refused first.
+ReadWaits). An APPEND carrying length limits has its over-limit destinations refused first
+(byte limits counted from running sums of body sizes: broker_limits.ReadyBytes).
 A protocol error closes that connection only (logged with the peer's address); a broker
 stop closes the listener, stops reading, answers what is in flight (bounded), closes the
 connections, then the store (flush, checkpoint, offsets) on the way out.
@@ -33,14 +34,14 @@ import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream
 from anyio.streams.stapled import MultiListener
 
-from storage.broker_limits import ReadWaits, refuse_over_limits
+from storage.broker_limits import ReadWaits, ReadyBytes, refuse_over_limits
 from storage.config import StoreConfig
 from storage.embedded import open_embedded_store
 from storage.errors import StoreError
 from storage.port import StorePort
 from storage.remote_store import enable_keepalive
 from storage.replicated_store import ReplicatedStore
-from storage.results import AppendResult, ReadStatus
+from storage.results import AppendResult, DeliveryProgress, ReadStatus
 from storage.wire import (
     PROTOCOL_VERSION,
     Append,
@@ -76,8 +77,9 @@ Ready = Callable[[str, int], None]  # (host, port) once listening
 
 
 async def _commit_offsets(store: StorePort, request: CommitOffsets) -> None:
-    for group, queue_id, partition, offset, fence in request.commits:
-        await store.commit_offset(group, queue_id, partition, offset, fence)
+    for group, queue_id, partition, offset, fence, *report in request.commits:
+        progress = DeliveryProgress(*report) if report[0] >= 0 else None
+        await store.commit_offset(group, queue_id, partition, offset, fence, progress)
 
 
 # The calls answered as soon as they return (request fields are the method's arguments).
@@ -103,6 +105,14 @@ _QUERIES: dict[Op, Callable[[StorePort], Awaitable[Response]]] = {
 }
 
 
+def ready_bytes_of(store: StorePort, replicated: ReplicatedStore | None) -> ReadyBytes:
+    """Byte-limit sums over the whole log: a replicated master reads past its confirm
+    offset, and starts its sums anew at each role epoch."""
+    if replicated is None:
+        return ReadyBytes(store)
+    return ReadyBytes(replicated.inner, lambda: replicated.role_epoch)
+
+
 def _peer(stream: SocketStream) -> str:
     address = stream.extra(SocketAttribute.remote_address, None)
     if isinstance(address, tuple):
@@ -121,10 +131,13 @@ class BrokerConnection:
         max_frame_bytes: int,
         replicated: ReplicatedStore | None = None,
         waits: ReadWaits | None = None,
+        ready_bytes: ReadyBytes | None = None,
     ) -> None:
         self.store = store
         self.replicated = replicated  # the same store, when the broker is in a replicated group
         self.waits = ReadWaits() if waits is None else waits  # the broker's, shared
+        # The broker's, shared: body bytes of byte-limited queues, kept across appends.
+        self.ready_bytes = ready_bytes_of(store, replicated) if ready_bytes is None else ready_bytes
         self._tasks: anyio.abc.TaskGroup | None = None
         self.stream = stream
         self.broker_name = broker_name
@@ -236,6 +249,8 @@ class BrokerConnection:
                 self._answer(encode_response(request_id, Op(frame.op), value))
                 if isinstance(request, DeleteQueue | Purge):
                     self.waits.wake_queue(request.queue_id)
+                if isinstance(request, DeleteQueue):
+                    self.ready_bytes.forget(request.queue_id)
         except Exception as error:
             if not isinstance(error, StoreError | ValueError):
                 log.exception("broker: %s from %s failed", Op(frame.op).name, self.peer)
@@ -243,8 +258,14 @@ class BrokerConnection:
 
     async def _append(self, request: Append) -> AppendResult:
         records, refused = request.records, None
-        if request.limits:
-            kept, refused = await refuse_over_limits(self.store, records, request.limits)
+        if self.replicated is not None and self.replicated.known_batch(request.batch_id):
+            # A re-send of a stored batch: answered as the first time. Counting the limits
+            # again would count the batch against itself and could nack what was stored.
+            return await self.replicated.append(records, False, request.batch_id)
+        if request.limits or request.byte_limits:
+            kept, refused = await refuse_over_limits(
+                self.store, records, request.limits, request.byte_limits, self.ready_bytes
+            )
             records = kept if refused else records
         if self.replicated is not None:
             result = await self.replicated.append(
@@ -254,6 +275,8 @@ class BrokerConnection:
             result = await self.store.append(records, wait_durable=False)
         if len(self.waits) and result.queue_starts:
             self.waits.wake(result.queue_starts)
+        if len(self.ready_bytes):
+            self.ready_bytes.appended(records, result.queue_starts)
         if refused:  # indexes moved: the gateway reads the kept ones back
             result = result._replace(record_offsets=(), queue_starts=None, refused=tuple(refused))
         return result
@@ -367,6 +390,7 @@ class BrokerServer:
         self.max_frame_bytes = max_frame_bytes
         self.connections: set[BrokerConnection] = set()
         self.waits = ReadWaits()
+        self.ready_bytes = ready_bytes_of(store, replicated)
 
     async def serve(self, listener: MultiListener[SocketStream], stop: anyio.Event) -> None:
         async with anyio.create_task_group() as tg:
@@ -390,7 +414,13 @@ class BrokerServer:
     async def _serve_connection(self, stream: SocketStream) -> None:
         enable_keepalive(stream)  # a gateway host that vanished: its connection goes too
         connection = BrokerConnection(
-            self.store, stream, self.name, self.max_frame_bytes, self.replicated, self.waits
+            self.store,
+            stream,
+            self.name,
+            self.max_frame_bytes,
+            self.replicated,
+            self.waits,
+            self.ready_bytes,
         )
         log.info("broker connection from %s opened", connection.peer)
         self.connections.add(connection)

@@ -28,7 +28,14 @@ from storage.file_system import FileSystem
 from storage.log_store import Clock, LogStore
 from storage.record import Record
 from storage.recovery import finish_recovery
-from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, RetentionReport
+from storage.results import (
+    QUEUE_GROUP,
+    AppendResult,
+    DeliveryProgress,
+    QueueStats,
+    ReadResult,
+    RetentionReport,
+)
 
 log = logging.getLogger("mqgw.storage")
 
@@ -145,16 +152,24 @@ class EmbeddedStore:
         return self.log.queue_stats(queue_id, group)
 
     async def commit_offset(
-        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+        self,
+        group: str,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        fence: int = 0,
+        progress: DeliveryProgress | None = None,
     ) -> None:
-        self.log.commit_offset(group, queue_id, partition, offset, fence)
+        self.log.commit_offset(group, queue_id, partition, offset, fence, progress)
 
     async def committed_offset(
         self, group: str, queue_id: int, partition: int, fence: int = 0
     ) -> int:
         return self.log.committed_offset(group, queue_id, partition, fence)
 
-    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
+    def set_append_limit(
+        self, queue_id: int, max_length: int | None, max_length_bytes: int | None = None
+    ) -> None:
         """In-process the gateway checks its own exact counts (one node sees every append);
         only a broker shared by several gateways enforces limits carried by appends."""
 

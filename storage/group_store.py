@@ -40,8 +40,16 @@ from storage.remote_store import (
     RemoteStore,
     connect_remote_store,
     limits_for,
+    set_limit,
 )
-from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, RetentionReport
+from storage.results import (
+    QUEUE_GROUP,
+    AppendResult,
+    DeliveryProgress,
+    QueueStats,
+    ReadResult,
+    RetentionReport,
+)
 
 log = logging.getLogger("mqgw.storage.group")
 
@@ -75,6 +83,7 @@ class GroupStore:
         self._close_current: Callable[[], None] = lambda: None
         self._seq = 0
         self.limits: dict[int, int] = {}  # queue id -> max length (reject-publish)
+        self.byte_limits: dict[int, int] = {}  # queue id -> max length bytes (reject-publish)
         self._id_base = random.getrandbits(40) << 24  # batch ids unique across gateways
         self._pending: OrderedDict[int, _Batch] = OrderedDict()
         self._resending = anyio.Lock()
@@ -223,9 +232,11 @@ class GroupStore:
     async def _send(self, store: RemoteStore, batch: _Batch) -> AppendResult:
         """Send ``batch`` on the current master's connection and note where it landed."""
         generation = self.generation
-        limits = limits_for(self.limits, batch.records) if self.limits else ()
+        records = batch.records
+        limits = limits_for(self.limits, records) if self.limits else ()
+        byte_limits = limits_for(self.byte_limits, records) if self.byte_limits else ()
         result = await store.append_batch(
-            batch.records, batch.batch_id, wait_durable=False, limits=limits
+            records, batch.batch_id, wait_durable=False, limits=limits, byte_limits=byte_limits
         )
         batch.generation, batch.end = generation, result.end_offset
         return result
@@ -263,11 +274,11 @@ class GroupStore:
             lambda s: s.read(queue_id, partition, offset, max_count, max_bytes, wait_ms)
         )
 
-    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
-        if max_length is None:
-            self.limits.pop(queue_id, None)
-        else:
-            self.limits[queue_id] = max_length
+    def set_append_limit(
+        self, queue_id: int, max_length: int | None, max_length_bytes: int | None = None
+    ) -> None:
+        set_limit(self.limits, queue_id, max_length)
+        set_limit(self.byte_limits, queue_id, max_length_bytes)
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
         await self._on_master(lambda s: s.create_queue(queue_id, partitions))
@@ -285,9 +296,17 @@ class GroupStore:
         return await self._on_master(lambda s: s.queue_stats(queue_id, group))
 
     async def commit_offset(
-        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+        self,
+        group: str,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        fence: int = 0,
+        progress: DeliveryProgress | None = None,
     ) -> None:
-        await self._on_master(lambda s: s.commit_offset(group, queue_id, partition, offset, fence))
+        await self._on_master(
+            lambda s: s.commit_offset(group, queue_id, partition, offset, fence, progress)
+        )
 
     async def committed_offset(
         self, group: str, queue_id: int, partition: int, fence: int = 0

@@ -51,6 +51,7 @@ from storage.recovery import PendingIndex, finish_recovery, recover
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,
+    DeliveryProgress,
     PartitionStats,
     QueueStats,
     ReadResult,
@@ -598,14 +599,24 @@ class LogStore:
     # -- offsets and counts ------------------------------------------------------------------
 
     def commit_offset(
-        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+        self,
+        group: str,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        fence: int = 0,
+        progress: DeliveryProgress | None = None,
     ) -> None:
         """``fence``: the caller's fencing token (0: unfenced); StaleFence below the
-        highest seen for the key, and nothing changes."""
+        highest seen for the key, and nothing changes. ``progress``: kept in memory for
+        queue_stats."""
         self._cq(queue_id, partition)
         key = (group, queue_id, partition)
         if fence:
             self.offsets.fence(key, fence)
+        if progress is not None:
+            _, end = self.partition_range(queue_id, partition)
+            self.offsets.progress[key] = (*progress, max(0, end - progress[0]) + progress[1])
         if self.offsets.offsets.get(key) != offset:
             self.offsets.offsets[key] = offset
             self.offsets.changed = True
@@ -629,12 +640,17 @@ class LogStore:
         if info is None:
             raise UnknownQueue(queue_id)
         parts = []
+        reports = self.offsets.progress
         for p in range(info.partitions):
             low, high = self.partition_range(queue_id, p)
             committed = self.committed_offset(group, queue_id, p)
-            parts.append(PartitionStats(p, low, high, committed, info.dropped[p]))
-        ready = sum(s.max_offset - s.committed for s in parts)
-        return QueueStats(queue_id, parts, ready, sum(info.dropped))
+            report = reports.get((group, queue_id, p))
+            parts.append(
+                PartitionStats(p, low, high, committed, info.dropped[p], *report)
+                if report is not None
+                else PartitionStats(p, low, high, committed, info.dropped[p])
+            )
+        return QueueStats(queue_id, parts, sum(s.ready for s in parts), sum(info.dropped))
 
     def ready_count(self, queue_id: int, group: str = QUEUE_GROUP) -> int:
         return self.queue_stats(queue_id, group).ready
@@ -645,6 +661,7 @@ class LogStore:
         info = self.registry.queues[queue_id]
         info.floors = [s.max_offset for s in stats.partitions]
         self.registry.save()
+        self.offsets.forget_progress(queue_id)  # what was ready is gone: reports start anew
         return stats.ready
 
     def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:

@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from storage.record import Record
-from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, RetentionReport
+from storage.results import (
+    QUEUE_GROUP,
+    AppendResult,
+    DeliveryProgress,
+    QueueStats,
+    ReadResult,
+    RetentionReport,
+)
 
 
 class StorePort(Protocol):
@@ -64,11 +71,19 @@ class StorePort(Protocol):
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats: ...
 
     async def commit_offset(
-        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+        self,
+        group: str,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        fence: int = 0,
+        progress: DeliveryProgress | None = None,
     ) -> None:
         """``fence``: the committer's fencing token (a delivery lease's, cluster mode; 0:
         unfenced). The store keeps the highest token seen per (group, queue, partition), with
-        the offsets, and refuses a lower one with StaleFence (nothing changes)."""
+        the offsets, and refuses a lower one with StaleFence (nothing changes). ``progress``:
+        the delivering gateway's position, which queue_stats then counts ready messages from
+        (memory only; forgotten on purge and when a higher fencing token arrives)."""
         ...
 
     async def committed_offset(
@@ -78,11 +93,13 @@ class StorePort(Protocol):
         lease holder's take-over read shuts out the holder it replaced."""
         ...
 
-    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
-        """x-max-length with reject-publish for ``queue_id`` (None: no limit). A store
-        shared by several gateways sends it with every append reaching the queue, and the
-        broker refuses the destinations that would pass it (AppendResult.refused); the
-        embedded store leaves the check to the gateway."""
+    def set_append_limit(
+        self, queue_id: int, max_length: int | None, max_length_bytes: int | None = None
+    ) -> None:
+        """x-max-length and x-max-length-bytes with reject-publish for ``queue_id`` (None:
+        no limit). A store shared by several gateways sends them with every append reaching
+        the queue, and the broker refuses the destinations that would pass one
+        (AppendResult.refused); the embedded store leaves the check to the gateway."""
         ...
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int: ...

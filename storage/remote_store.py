@@ -29,8 +29,16 @@ from anyio.abc import SocketAttribute, SocketStream
 
 from storage.errors import StoreClosed, StoreError
 from storage.record import Record
-from storage.results import QUEUE_GROUP, AppendResult, QueueStats, ReadResult, RetentionReport
+from storage.results import (
+    QUEUE_GROUP,
+    AppendResult,
+    DeliveryProgress,
+    QueueStats,
+    ReadResult,
+    RetentionReport,
+)
 from storage.wire import (
+    NO_PROGRESS,
     PROTOCOL_VERSION,
     Append,
     CommitOffsets,
@@ -224,6 +232,7 @@ class RemoteStore:
         self._closed = False
         self._last_error = "not connected yet"
         self.limits: dict[int, int] = {}  # queue id -> max length (reject-publish)
+        self.byte_limits: dict[int, int] = {}  # queue id -> max length bytes (reject-publish)
 
     @classmethod
     def connect(cls, address: str, **options: Any) -> AbstractAsyncContextManager[RemoteStore]:
@@ -318,7 +327,9 @@ class RemoteStore:
 
     async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
         limits = limits_for(self.limits, records) if self.limits else ()
-        return cast(AppendResult, await self._call(Append(records, wait_durable, 0, limits)))
+        byte_limits = limits_for(self.byte_limits, records) if self.byte_limits else ()
+        request = Append(records, wait_durable, 0, limits, byte_limits)
+        return cast(AppendResult, await self._call(request))
 
     async def append_batch(
         self,
@@ -326,16 +337,17 @@ class RemoteStore:
         batch_id: int,
         wait_durable: bool = True,
         limits: Sequence[tuple[int, int]] = (),
+        byte_limits: Sequence[tuple[int, int]] = (),
     ) -> AppendResult:
         """An append a replicated broker stores once however often it is sent (``batch_id``)."""
-        request = Append(records, wait_durable, batch_id, limits)
+        request = Append(records, wait_durable, batch_id, limits, byte_limits)
         return cast(AppendResult, await self._call(request))
 
-    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
-        if max_length is None:
-            self.limits.pop(queue_id, None)
-        else:
-            self.limits[queue_id] = max_length
+    def set_append_limit(
+        self, queue_id: int, max_length: int | None, max_length_bytes: int | None = None
+    ) -> None:
+        set_limit(self.limits, queue_id, max_length)
+        set_limit(self.byte_limits, queue_id, max_length_bytes)
 
     async def replicate(self, request: Replicate) -> Replicated:
         """A slave's call to its master (storage/replication_member.py)."""
@@ -378,9 +390,16 @@ class RemoteStore:
         return cast(QueueStats, await self._call(GetQueueStats(queue_id, group)))
 
     async def commit_offset(
-        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+        self,
+        group: str,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        fence: int = 0,
+        progress: DeliveryProgress | None = None,
     ) -> None:
-        commit = OffsetCommit(group, queue_id, partition, offset, fence)
+        report = progress or NO_PROGRESS
+        commit = OffsetCommit(group, queue_id, partition, offset, fence, *report)
         await self._call(CommitOffsets([commit]))
 
     async def commit_offsets(self, commits: Sequence[OffsetCommit]) -> None:
@@ -415,8 +434,16 @@ class RemoteStore:
         return cast(dict[int, int], await self._call(RestartMarks(queue_id)))
 
 
+def set_limit(limits: dict[int, int], queue_id: int, limit: int | None) -> None:
+    """Note a queue's limit, or forget it (None)."""
+    if limit is None:
+        limits.pop(queue_id, None)
+    else:
+        limits[queue_id] = limit
+
+
 def limits_for(limits: dict[int, int], records: Sequence[Record]) -> list[tuple[int, int]]:
-    """The (queue id, max length) of the limited queues ``records`` reach."""
+    """The (queue id, limit) of the limited queues ``records`` reach."""
     found: dict[int, int] = {}
     last: object = None
     for record in records:

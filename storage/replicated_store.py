@@ -40,6 +40,7 @@ from storage.replication_state import ReplicationState
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,
+    DeliveryProgress,
     QueueStats,
     ReadResult,
     ReadStatus,
@@ -256,8 +257,8 @@ class ReplicatedStore:
         """``refused``: what the broker took out of the batch for length limits, remembered
         with the batch id so that a re-send is refused the same way."""
         self._master_only("append")
-        known = self.batches.get(batch_id) if batch_id else None
-        if known is not None and known.end_offset <= self.log.commit_log.write_offset:
+        known = self.known_batch(batch_id)
+        if known is not None:
             result = known  # a re-send of a batch this log holds: stored once
         else:
             result = await self.inner.append(records, wait_durable=False)
@@ -267,6 +268,14 @@ class ReplicatedStore:
         if wait_durable:
             await self.wait_durable(result.end_offset)
         return result
+
+    def known_batch(self, batch_id: int) -> AppendResult | None:
+        """What a batch this log holds was answered (its refusals included); None when the
+        id is 0, unknown, or its records were truncated away."""
+        known = self.batches.get(batch_id) if batch_id else None
+        if known is not None and known.end_offset <= self.log.commit_log.write_offset:
+            return known
+        return None
 
     def _remember(self, batch_id: int, result: AppendResult) -> None:
         self.batches[batch_id] = AppendResult(
@@ -328,11 +337,17 @@ class ReplicatedStore:
         return await self.inner.queue_stats(queue_id, group)
 
     async def commit_offset(
-        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+        self,
+        group: str,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        fence: int = 0,
+        progress: DeliveryProgress | None = None,
     ) -> None:
         if self.role != "master":
             raise self._refuse("offset commit")
-        await self.inner.commit_offset(group, queue_id, partition, offset, fence)
+        await self.inner.commit_offset(group, queue_id, partition, offset, fence, progress)
         for dirty in self.dirty_offsets.values():
             dirty.add((group, queue_id, partition))
 
@@ -348,7 +363,9 @@ class ReplicatedStore:
             return offset
         return await self.inner.committed_offset(group, queue_id, partition)
 
-    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
+    def set_append_limit(
+        self, queue_id: int, max_length: int | None, max_length_bytes: int | None = None
+    ) -> None:
         """Limits come with each append (the gateway's store sends them)."""
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:

@@ -42,12 +42,41 @@ class ReadResult(NamedTuple):
     max_offset: int
 
 
+class DeliveryProgress(NamedTuple):
+    """Where the gateway delivering a partition stands, reported with its offset commits (kept
+    in memory by the store, never written): the next offset it has not handed out, how many
+    messages before it are ready again (requeued, or fetched and not yet delivered), and how
+    many of its consumers could take a message. Other gateways count ready messages and hold
+    their publishers from it (a cluster's gateways see each other only through the store)."""
+
+    next_offset: int
+    ready_behind: int = 0
+    takers: int = 0
+
+
 class PartitionStats(NamedTuple):
     partition: int
     min_offset: int  # first readable offset (after retention and purge)
     max_offset: int
-    committed: int  # the queue's own group
+    committed: int  # the group's committed offset
     dropped_by_retention: int
+    # The group's last DeliveryProgress (next_offset -1: none reported since the store
+    # opened, the partition was purged or a new delivery lease holder took it over), and the
+    # ready messages it meant when it arrived (against the end offset then).
+    next_offset: int = -1
+    ready_behind: int = 0
+    takers: int = 0
+    reported_ready: int = 0
+
+    @property
+    def ready(self) -> int:
+        """Messages ready for delivery: after what the delivering gateway handed out, plus
+        those back in its hands; without a report, everything after the committed offset
+        (what is delivered but unacknowledged included)."""
+        if self.next_offset < 0:
+            return max(0, self.max_offset - self.committed)
+        start = max(self.next_offset, self.min_offset)
+        return max(0, self.max_offset - start) + self.ready_behind
 
 
 class QueueStats(NamedTuple):

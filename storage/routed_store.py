@@ -38,6 +38,7 @@ from storage.remote_store import BrokerUnavailable
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,
+    DeliveryProgress,
     PartitionStats,
     QueueStats,
     ReadResult,
@@ -61,6 +62,15 @@ class RoutedStore:
         self._positions: dict[str, list[int]] = {}  # the last split's (see _split)
         self._unwaited: dict[int, dict[str, int]] = {}  # seq -> group -> the part's end offset
         self._folded: dict[str, int] = {}  # older unwaited parts: the highest end per group
+        # queue id -> (max length, max length bytes), for added groups
+        self._limits: dict[int, tuple[int | None, int | None]] = {}
+
+    def add_group(self, group: str, store: StorePort) -> None:
+        """A broker group registered while the gateway runs (gateway/cluster/groups.py). Only
+        placements made from now on use it; ``home`` stays where it was."""
+        for queue_id, (max_length, max_length_bytes) in self._limits.items():
+            store.set_append_limit(queue_id, max_length, max_length_bytes)
+        self.stores[group] = store
 
     # -- where things live ----------------------------------------------------------------
 
@@ -181,10 +191,16 @@ class RoutedStore:
         )
         return AppendResult(seq - 1, seq, len(records), (), None, store_ts, refused)
 
-    def set_append_limit(self, queue_id: int, max_length: int | None) -> None:
-        """Every group holding a part of the queue counts its own part against the limit."""
+    def set_append_limit(
+        self, queue_id: int, max_length: int | None, max_length_bytes: int | None = None
+    ) -> None:
+        """Every group holding a part of the queue counts its own part against the limits."""
+        if max_length is None and max_length_bytes is None:
+            self._limits.pop(queue_id, None)
+        else:
+            self._limits[queue_id] = (max_length, max_length_bytes)
         for store in self.stores.values():
-            store.set_append_limit(queue_id, max_length)
+            store.set_append_limit(queue_id, max_length, max_length_bytes)
 
     def _remember(self, seq: int, ends: dict[str, int]) -> None:
         self._unwaited[seq] = ends
@@ -227,10 +243,16 @@ class RoutedStore:
         return await store.read(queue_id, partition, offset, max_count, max_bytes, wait_ms)
 
     async def commit_offset(
-        self, group: str, queue_id: int, partition: int, offset: int, fence: int = 0
+        self,
+        group: str,
+        queue_id: int,
+        partition: int,
+        offset: int,
+        fence: int = 0,
+        progress: DeliveryProgress | None = None,
     ) -> None:
         store = self.stores[self.group_of(queue_id, partition)]
-        await store.commit_offset(group, queue_id, partition, offset, fence)
+        await store.commit_offset(group, queue_id, partition, offset, fence, progress)
 
     async def committed_offset(
         self, group: str, queue_id: int, partition: int, fence: int = 0
@@ -268,7 +290,7 @@ class RoutedStore:
         for p in range(len(any_answer.partitions)):
             owner = answers.get(self.group_of(queue_id, p), any_answer)
             parts.append(owner.partitions[p])
-        ready = sum(s.max_offset - s.committed for s in parts)
+        ready = sum(s.ready for s in parts)
         return QueueStats(queue_id, parts, ready, sum(s.dropped_by_retention for s in parts))
 
     async def restart_marks(self, queue_id: int) -> dict[int, int]:

@@ -168,6 +168,10 @@ class ConsumerOffsets:
         self.fences: dict[OffsetKey, int] = {}
         # What offsets.json holds: reclaim keeps what a restart would read again from it.
         self.persisted: dict[OffsetKey, int] = {}
+        # The delivering gateway's last report per key (DeliveryProgress's fields and the
+        # ready count it meant on arrival): memory only, as it is refreshed with every
+        # commit; dropped when a new holder's fencing token arrives.
+        self.progress: dict[OffsetKey, tuple[int, int, int, int]] = {}
         self.changed = False
 
     def load(self) -> None:
@@ -221,7 +225,12 @@ class ConsumerOffsets:
             del self.offsets[key]
         for key in [k for k in self.fences if k[1] == queue_id]:
             del self.fences[key]
+        self.forget_progress(queue_id)
         self.changed = True
+
+    def forget_progress(self, queue_id: int) -> None:
+        for key in [k for k in self.progress if k[1] == queue_id]:
+            del self.progress[key]
 
     def fence(self, key: OffsetKey, fence: int) -> None:
         """Admit a call carrying fencing token ``fence`` (0: unfenced, always admitted):
@@ -235,6 +244,7 @@ class ConsumerOffsets:
             )
         if fence > seen:
             self.fences[key] = fence
+            self.progress.pop(key, None)  # the replaced holder's report no longer holds
             self.changed = True
 
 

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from storage.record import Record, StoredMessage
 from storage.results import (
     AppendResult,
+    DeliveryProgress,
     PartitionStats,
     QueueStats,
     ReadResult,
@@ -57,13 +58,16 @@ from storage.wire_replication import (
 )
 
 # 2: APPEND carries a batch id; REPLICATE. 3: fencing tokens on offset commits and reads,
-# length limits on APPEND (refusals in its answer), READ's wait_ms.
-PROTOCOL_VERSION = 3
+# length limits on APPEND (refusals in its answer), READ's wait_ms. 4: byte limits on APPEND,
+# DeliveryProgress on offset commits and in queue stats.
+PROTOCOL_VERSION = 4
+NO_PROGRESS = DeliveryProgress(-1)  # how a commit without a progress report travels
 # APPEND: wait_durable, record count, batch id (0: none); per record: exchange, routing key,
 # destination count, properties and body lengths, born_ts_ms, flags; then destinations, then
-# the byte fields; then the length limits: u16 count, per queue u32 id and q max length.
+# the byte fields; then the length limits: u16 count, per queue u32 id and q max length;
+# then the byte limits, laid out the same with q max length bytes.
 APPEND_HEAD = struct.Struct("<?IQ")
-LIMIT = struct.Struct("<Iq")  # queue id, max length (reject-publish)
+LIMIT = struct.Struct("<Iq")  # queue id, max length or max length bytes (reject-publish)
 REFUSED = struct.Struct("<IIH")  # record index, queue id, partition
 RECORD = struct.Struct("<HHHIIqI")
 DEST = struct.Struct("<IH")  # queue id, partition
@@ -73,13 +77,14 @@ MESSAGE = struct.Struct("<qqHHIIqqI")  # queue/commit offsets, 4 lengths, born, 
 APPEND_RESULT = struct.Struct("<qqIqI")  # start, end, count, store_ts_ms, offsets count
 QUEUE_START = struct.Struct("<IHq")
 STATS_HEAD = struct.Struct("<IqqH")  # queue id, ready, dropped, partition count
-PARTITION = struct.Struct("<Hqqqq")
+PARTITION = struct.Struct("<HqqqqqqIq")  # PartitionStats, field by field
 RETENTION = struct.Struct("<qq")  # deleted segments, freed bytes; then dropped per queue
 ID_VALUE = struct.Struct("<Iq")  # a dict[int, int] entry (queues, held-back bytes)
 # Request arguments are as wide as Python lets a caller pass them: an out-of-range partition
 # is the store's UnknownQueue over the wire too, not an encoding error.
 READ_ARGS = struct.Struct("<IIqIqI")  # queue id, partition, offset, max count and bytes, wait ms
-COMMIT_ARGS = struct.Struct("<IIqq")  # queue id, partition, offset, fencing token
+# queue id, partition, offset, fencing token; then DeliveryProgress (next offset -1: none)
+COMMIT_ARGS = struct.Struct("<IIqqqqI")
 QUEUE_ARGS = struct.Struct("<II")  # queue id, partition (or partition count)
 OFFSET_ARGS = struct.Struct("<IIq")  # queue id, partition, offset (or timestamp, or fence)
 
@@ -127,6 +132,9 @@ class Append(NamedTuple):
     # (queue id, max length): x-max-length reject-publish of the queues the batch reaches;
     # the broker refuses the destinations that would pass it (AppendResult.refused).
     limits: Sequence[tuple[int, int]] = ()
+    # (queue id, max length bytes): x-max-length-bytes reject-publish, checked the same way
+    # against the body bytes after the queue's committed offset.
+    byte_limits: Sequence[tuple[int, int]] = ()
 
 
 class WaitDurable(NamedTuple):
@@ -167,6 +175,9 @@ class OffsetCommit(NamedTuple):
     partition: int
     offset: int
     fence: int = 0  # the committer's fencing token (0: unfenced)
+    next_offset: int = -1  # then the committer's DeliveryProgress (-1: none)
+    ready_behind: int = 0
+    takers: int = 0
 
 
 class CommitOffsets(NamedTuple):
@@ -264,6 +275,8 @@ def _put_append(parts: list[Any], request: Append) -> None:
         parts += (head, packed, exchange, routing_key, properties, body)
     parts.append(U16.pack(len(request.limits)))
     parts += [LIMIT.pack(queue_id, limit) for queue_id, limit in request.limits]
+    parts.append(U16.pack(len(request.byte_limits)))
+    parts += [LIMIT.pack(queue_id, limit) for queue_id, limit in request.byte_limits]
 
 
 def _get_append(reader: PayloadReader) -> Append:
@@ -298,8 +311,11 @@ def _get_append(reader: PayloadReader) -> Append:
         append(make(Record, (data[p:q], data[q:r], data[r:s], data[s:pos], dests, born, flags)))
     (count,) = U16.unpack_from(data, pos)
     pos += U16.size
-    limits, reader.pos = _items(data, pos, count, LIMIT, "length limits")
-    return Append(records, wait, batch_id, limits)
+    limits, pos = _items(data, pos, count, LIMIT, "length limits")
+    (count,) = U16.unpack_from(data, pos)
+    pos += U16.size
+    byte_limits, reader.pos = _items(data, pos, count, LIMIT, "byte limits")
+    return Append(records, wait, batch_id, limits, byte_limits)
 
 
 def _items(
@@ -409,8 +425,8 @@ def _get_read_result(reader: PayloadReader) -> ReadResult:
 
 def _put_commits(parts: list[Any], request: CommitOffsets) -> None:
     parts.append(FRAME_LEN.pack(len(request.commits)))
-    for group, queue_id, partition, offset, fence in request.commits:
-        parts += (pack_text(group), COMMIT_ARGS.pack(queue_id, partition, offset, fence))
+    for group, *args in request.commits:
+        parts += (pack_text(group), COMMIT_ARGS.pack(*args))
 
 
 def _get_commits(r: PayloadReader) -> CommitOffsets:

@@ -60,3 +60,26 @@ async def test_master_with_a_slave_stops_at_once_on_sigterm(group: Group) -> Non
     assert master.stop() == 0
     took = time.monotonic() - started
     assert took < 3, f"the master took {took:.1f} s to stop (a held fetch kept it waiting)"
+
+
+async def test_a_resent_batch_is_not_counted_against_its_own_length_limit(group: Group) -> None:
+    """A gateway re-sends a batch whose answer it lost: the master answers as it did the
+    first time, and does not count the stored batch against the limit it carries."""
+    group.add_controller("c1")
+    group.add_broker("a")
+    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 1)
+    async with connect_remote_store(group.master(record).address) as store:
+        with anyio.fail_after(10):
+            while True:
+                try:  # elected, maybe not told yet: its next heartbeat answer tells it
+                    await store.create_queue(1, 1)
+                    break
+                except NotMaster:
+                    await anyio.sleep(0.05)
+        first = await store.append_batch(_records(5), 77, limits=[(1, 4)])
+        assert first.refused == ((4, 1, 0),)  # the fifth would pass four
+        again = await store.append_batch(_records(5), 77, limits=[(1, 4)])
+        assert again.refused == first.refused  # not all five, as a second count would say
+        assert (again.start_offset, again.end_offset) == (first.start_offset, first.end_offset)
+        bodies = [bytes(m.body) for m in (await store.read(1, 0, 0)).messages]
+        assert bodies == [b"m0", b"m1", b"m2", b"m3"]  # stored once

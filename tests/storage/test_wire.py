@@ -78,6 +78,7 @@ requests = st.one_of(
         st.booleans(),
         st.integers(0, 2**64 - 1),
         st.lists(st.tuples(u32, i64), max_size=4),
+        st.lists(st.tuples(u32, i64), max_size=4),
     ),
     st.builds(WaitDurable, i64),
     st.builds(Read, u32, u32, i64, u32, i64, u32),
@@ -86,7 +87,8 @@ requests = st.one_of(
     st.builds(Purge, u32, text),
     st.builds(GetQueueStats, u32, text),
     st.builds(
-        CommitOffsets, st.lists(st.builds(OffsetCommit, text, u32, u32, i64, i64), max_size=5)
+        CommitOffsets,
+        st.lists(st.builds(OffsetCommit, text, u32, u32, i64, i64, i64, i64, u32), max_size=5),
     ),
     st.builds(CommittedOffset, text, u32, u32, i64),
     st.builds(OffsetForTime, u32, u32, i64),
@@ -120,7 +122,7 @@ append_results = st.builds(
 read_results = st.builds(
     ReadResult, st.sampled_from(ReadStatus), st.lists(messages, max_size=6), i64, i64, i64
 )
-partitions = st.builds(PartitionStats, u16, i64, i64, i64, i64)
+partitions = st.builds(PartitionStats, u16, i64, i64, i64, i64, i64, i64, u32, i64)
 responses = st.one_of(
     st.tuples(st.just(Op.HELLO), st.builds(Hello, u16, text)),
     st.tuples(st.just(Op.APPEND), append_results),
