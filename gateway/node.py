@@ -42,6 +42,7 @@ from meta.store import MetadataStore
 from storage import StoredMessage, StorePort
 
 if TYPE_CHECKING:
+    from gateway.cluster.backlog import RemoteBacklog
     from gateway.cluster.link import ClusterLink
 
 log = logging.getLogger("mqgw.node")
@@ -97,6 +98,7 @@ class Node:
         self._dead_letters_waiting = anyio.Event()
         self.scheduler.on_unused = self._delete_unused
         self.cluster: ClusterLink | None = None  # set by the server in cluster mode
+        self.remote_backlog: RemoteBacklog | None = None  # likewise
         self.known_users: dict[str, User] = {}  # as last read: logins while Redis is away
         self._meta_down_until = 0.0
         # Connections closed while the metadata store was away: their exclusive queues.

@@ -21,6 +21,7 @@ import uvicorn
 from anyio.abc import SocketListener
 
 from gateway.admin.app import create_app
+from gateway.cluster.backlog import RemoteBacklog, report_progress
 from gateway.cluster.link import ClusterLink, open_cluster_backends
 from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from gateway.listeners import describe, open_listener
@@ -66,6 +67,8 @@ async def serve(
         node = Node(settings, store, meta)
         link = ClusterLink(node, meta) if isinstance(meta, RedisMetadataStore) else None
         node.cluster = link
+        if link is not None:
+            node.remote_backlog = RemoteBacklog(node.store)
         await node.start()
         position = await link.start() if link is not None else ""
         _tune_gc()
@@ -101,6 +104,7 @@ async def serve(
             tg.start_soon(node.consumer_timeout_loop)
             if link is not None:
                 tg.start_soon(link.run, position)
+                tg.start_soon(report_progress, node.all_queues)
             for socket_listener in listener.listeners:
                 tg.start_soon(accept_loop, cast(SocketListener, socket_listener))
             for socket_listener in tls_listener.listeners if tls_listener else ():

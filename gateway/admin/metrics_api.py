@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from gateway.queues.runtime import QueueRuntime
 
 SNAPSHOT_YIELD_EVERY = 500
+NODE_COUNTERS = ("appended_records", "flow_holds_local", "flow_holds_remote")
 FORMAT_CHUNK = 400  # per-queue samples rendered between event-loop turns (~2 ms)
 PROTOCOL = {"protocol": "amqp091"}
 # (name after rabbitmq_global_messages_, help, the NodeStats counters it sums)
@@ -116,7 +117,7 @@ async def take_snapshot(node: Node, per_object: bool) -> Snapshot:
             controls[kind] = controls.get(kind, 0) + 1
     snapshot = Snapshot(
         node.name,
-        {key: getattr(stats, key) for key in (*_counter_keys(), "appended_records")},
+        {key: getattr(stats, key) for key in (*_counter_keys(), *NODE_COUNTERS)},
         {
             "append": _copy(stats.append_latency),
             "durable": _copy(stats.durable_wait),
@@ -256,6 +257,11 @@ def _mqgw(s: Snapshot) -> Iterator[Metric]:
     appended = CounterMetricFamily("mqgw_store_records_appended", "Records appended by the gateway",
                                    value=s.counters["appended_records"])  # fmt: skip
     yield appended
+    holds = CounterMetricFamily("mqgw_publisher_flow_holds", "Times a publishing connection "
+                                "was held for a queue far behind", labels=["by"])  # fmt: skip
+    holds.add_metric(["local"], s.counters["flow_holds_local"])
+    holds.add_metric(["remote"], s.counters["flow_holds_remote"])  # the delivering gateway's
+    yield holds
     text = "Commitlog fsyncs (embedded store); records per fsync = appended / fsyncs"
     yield CounterMetricFamily("mqgw_store_fsyncs", text, value=g["fsyncs"])
     yield _gauge("mqgw_scheduler_ready_queues", "Queues in the push scheduler's ready set",

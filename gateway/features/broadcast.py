@@ -2,7 +2,8 @@
 
 Every consumer of a broadcast queue gets every message, each from its own position. A
 consumer reads through its own ``BroadcastSubscription``: a QueueRuntime with its own cursors,
-buffer, requeue heap and in-flight set that commits under its own consumer group, so the push
+buffer, requeue heap and in-flight set, given its consumer as its consumer choice
+(``SubscriberChoice``), that commits under its own consumer group, so the push
 scheduler, prefetch, acks, nack/reject with requeue, no-ack and channel close treat it exactly
 like a queue. The queue's own runtime keeps the consumer list (declare-ok counts, exclusivity,
 if-unused, auto-delete, cancel on delete) but must not deliver to it: while it has consumers,
@@ -36,6 +37,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp.errors import AccessRefused, NotFound
+from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.rate_limit import TokenBucket
 from gateway.queues.runtime import PumpResult, QueueRuntime
 from meta.errors import resource_name
@@ -62,17 +64,37 @@ def connection_name(client_properties: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
+class SubscriberChoice(ConsumerChoice):
+    """A position's consumer choice: its own consumer, kept in the queue's list (shared:
+    counts, exclusivity and auto-delete see every consumer)."""
+
+    def __init__(self, consumers: list[Consumer]) -> None:
+        super().__init__(consumers)
+        self.consumer: Consumer | None = None
+
+    def add(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        super().add(consumer)
+
+    def remove(self, consumer: Consumer) -> bool:
+        if self.consumer is consumer:
+            self.consumer = None
+        return super().remove(consumer)
+
+    def next_consumer(self) -> Consumer | None:
+        consumer = self.consumer
+        return consumer if consumer is not None and consumer.has_credit() else None
+
+
 class BroadcastSubscription(QueueRuntime):
     """One broadcast consumer's position in a queue (see the module docstring)."""
 
     def __init__(self, queue: QueueRuntime, group: str, persistent: bool) -> None:
-        super().__init__(queue.definition, queue.store)
+        self.subscriber = SubscriberChoice(queue.consumers)
+        super().__init__(queue.definition, queue.store, choice=self.subscriber)
         self.queue = queue
         self.group = group
         self.persistent = persistent
-        # The queue's own list, shared: counts, exclusivity and auto-delete see every consumer.
-        self.consumers = queue.consumers
-        self.consumer: Consumer | None = None
         self.claimed = False  # a consumer holds this position (or is being given it)
         self._rate_source: TokenBucket | None = None
 
@@ -90,19 +112,14 @@ class BroadcastSubscription(QueueRuntime):
             await self.commit()  # positions first: the marker never exists without them
             await store.commit_offset(marker, queue_id, 0, SAVED_MARK)
 
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumer = consumer
-        super().add_consumer(consumer)
+    @property
+    def consumer(self) -> Consumer | None:
+        return self.subscriber.consumer
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if self.consumer is consumer:
-            self.consumer = None
-            self.claimed = False
+        if self.subscriber.consumer is consumer:
+            self.claimed = False  # the position is free for its next consumer
         super().remove_consumer(consumer)
-
-    def next_consumer(self) -> Consumer | None:
-        consumer = self.consumer
-        return consumer if consumer is not None and consumer.has_credit() else None
 
     async def fill(self) -> None:
         if self.consumer is not None:  # a position without a consumer reads nothing ahead

@@ -1,9 +1,11 @@
-"""Which runtime a queue gets: FIFO, priority (``x-max-priority``, gateway/queues/priority.py),
-single active consumer (``x-single-active-consumer``, gateway/queues/single_active.py), both, or a
-stream (``x-queue-type: stream``, gateway/features/stream.py).
+"""What a queue is built from: its runtime, by store layout — FIFO, priority (``x-max-priority``,
+gateway/queues/priority.py) or a stream (``x-queue-type: stream``, gateway/features/stream.py)
+— and its consumer choice: round-robin by consumer priority, or a single active consumer
+(``x-single-active-consumer``, gateway/queues/single_active.py). Priority with a single
+active consumer is the priority runtime given the single-active choice.
 
-Chosen once, when the queue is attached, by class: a plain queue's per-message path carries
-no feature checks, and the features cost only the queues that ask for them.
+Chosen once, when the queue is attached: a plain queue's per-message path carries no feature
+checks, and the features cost only the queues that ask for them.
 """
 
 from __future__ import annotations
@@ -12,32 +14,34 @@ from collections.abc import Callable
 
 from gateway.features.stream import STREAM, StreamQueue
 from gateway.queues.behaviour import QueueBehaviour
+from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
-from gateway.queues.priority import PriorityQueueRuntime, max_priority_of
+from gateway.queues.priority import PriorityQueueRuntime
+from gateway.queues.priority_index import max_priority_of
 from gateway.queues.runtime import QueueRuntime
-from gateway.queues.single_active import SINGLE_ACTIVE_ARG, SingleActiveConsumer
+from gateway.queues.single_active import SINGLE_ACTIVE_ARG, SingleActiveChoice
 from meta.checks import DEFAULT_QUEUE_TYPE, queue_type_of
 from meta.models import QueueDef
 from storage import StorePort
 
 
-class PrioritySingleActive(SingleActiveConsumer, PriorityQueueRuntime):
-    """Priorities choose the message, the single active consumer gets it."""
-
-
 def runtime_class(definition: QueueDef) -> type[QueueRuntime]:
-    arguments = definition.arguments
+    """The runtime for the queue's store layout."""
     if queue_type_of(definition) == STREAM:
         return StreamQueue
     # Priorities are a classic-queue feature (quorum and stream queues refuse the argument).
     classic = queue_type_of(definition) == DEFAULT_QUEUE_TYPE
-    priority = classic and max_priority_of(arguments) is not None
-    single = arguments.get(SINGLE_ACTIVE_ARG) is True
-    if priority and single:
-        return PrioritySingleActive
-    if priority:
+    if classic and max_priority_of(definition.arguments) is not None:
         return PriorityQueueRuntime
-    return SingleActiveConsumer if single else QueueRuntime
+    return QueueRuntime
+
+
+def consumer_choice(definition: QueueDef) -> ConsumerChoice:
+    """Who gets the queue's messages (a stream's consumers each read their own position)."""
+    single = definition.arguments.get(SINGLE_ACTIVE_ARG) is True
+    if single and queue_type_of(definition) != STREAM:
+        return SingleActiveChoice()
+    return ConsumerChoice()
 
 
 def new_queue_runtime(
@@ -47,4 +51,5 @@ def new_queue_runtime(
     outbox: Callable[[DeadLetter], None] | None = None,
     wake: Callable[[QueueRuntime], None] | None = None,
 ) -> QueueRuntime:
-    return runtime_class(definition)(definition, store, behaviour, outbox, wake)
+    runtime = runtime_class(definition)
+    return runtime(definition, store, behaviour, outbox, wake, consumer_choice(definition))

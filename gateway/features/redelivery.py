@@ -21,12 +21,8 @@ from typing import TYPE_CHECKING
 
 from gateway.amqp import property_bytes as pb
 from gateway.features.log_timer import LogTimer, TimerItem, TimerMessage
-from gateway.queues.runtime import (
-    DELIVERY_COUNT,
-    DLQ_SUFFIX,
-    REDELIVERED_FLAG,
-    with_delivery_count,
-)
+from gateway.queues.dead_lettering import DELIVERY_COUNT, DLQ_SUFFIX, with_delivery_count
+from gateway.queues.runtime import REDELIVERED_FLAG
 from storage import Record, StoredMessage, StoreError
 
 if TYPE_CHECKING:

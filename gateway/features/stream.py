@@ -42,7 +42,8 @@ from gateway.features.stream_offset import (
     parse_stream_offset,
     start_offset,
 )
-from gateway.queues.runtime import FETCH_BATCH, PumpResult, QueueRuntime, wall_ms
+from gateway.queues.expiry import wall_ms
+from gateway.queues.runtime import FETCH_BATCH, PumpResult, QueueRuntime
 from meta.checks import queue_type_of
 from meta.errors import resource_name
 from storage import StoredMessage

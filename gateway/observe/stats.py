@@ -116,6 +116,10 @@ class NodeStats:
         self.return_unroutable = 0  # mandatory and routed nowhere: basic.return
         self.drop_unroutable = 0  # routed nowhere and dropped
         self.appended_records = 0  # records the gateway appended to the store
+        # Publish flow control: a connection not read while a queue it feeds is behind,
+        # by this gateway's own counts or (cluster) the delivering gateway's report.
+        self.flow_holds_local = 0
+        self.flow_holds_remote = 0
         self.append_latency = Histogram()  # store.append per publish batch
         self.durable_wait = Histogram()  # waiting for durability before a confirm (fsync)
         self.turn_time = Histogram()  # one push-scheduler turn (fill + pump)

@@ -12,6 +12,15 @@ Queue features (gateway/queues/behaviour.py) are offset arithmetic and head oper
 for a consumer, come back, expire or overflow, so max-length checks and message counts never
 ask the store. Messages leave from the head only (expiry, drop-head), as in RabbitMQ; a message
 leaving with a dead-letter exchange configured goes to the node's dead-letter outbox.
+
+The runtime holds the per-message core (read positions, buffer, requeue heap, in flight, the
+exact counts, delivery) and is composed with the objects and modules for the rest, given or
+built once: who gets the next message (``choice``: consumer_choice.py, single_active.py),
+departures (``dead_letters``: dead_lettering.py), length limits and drop-head (``limits``:
+length_limits.py), TTL at the head (expiry.py), bulk moves of the positions (retention,
+purge, reset: repositioning.py). A store layout other than FIFO overrides the head and buffer
+operations (``_pop_head``, ``_peek_head``, ``_fetch_head``, ``_return``, ``fill``, ``absorb``,
+``_held_bytes``, ``_drop_held_before``): gateway/queues/priority.py.
 """
 
 from __future__ import annotations
@@ -27,12 +36,16 @@ from typing import TYPE_CHECKING
 import anyio
 
 from gateway.amqp import Publish
-from gateway.amqp import property_bytes as pb
+from gateway.queues import repositioning
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
+from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
+from gateway.queues.dead_lettering import DeadLettering, stamped
+from gateway.queues.expiry import EXPIRATION_FLAG, deadline_ms, expire_head, wall_ms
+from gateway.queues.length_limits import LengthLimits
 from gateway.queues.rate_limit import TokenBucket
 from meta.models import QueueDef
-from storage import QUEUE_GROUP, ReadStatus, StoredMessage, StorePort
+from storage import QUEUE_GROUP, DeliveryProgress, ReadStatus, StoredMessage, StorePort
 from storage.errors import StaleFence
 from storage.record import PERSISTENT
 
@@ -47,32 +60,11 @@ LOW_WATER = 64
 # consumers could take messages but are this far behind is not read until they catch up.
 FLOW_HIGH = 2_000
 FLOW_LOW = 500
-EXPIRATION_FLAG = 2  # the message carries an expiration property
 REDELIVERED_FLAG = 4  # re-entered its queue after a redelivery backoff
-
-
-DLQ_SUFFIX = ".dlq"
-DELIVERY_COUNT = "x-delivery-count"
 
 
 # tuple.__new__ skips a NamedTuple's Python-level __new__ (a frame per message saved).
 _make_tuple = tuple.__new__
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def message_expiration(message: StoredMessage) -> int | None:
-    """The per-message TTL in ms, read from the property bytes only when flagged."""
-    if not message.flags & EXPIRATION_FLAG:
-        return None
-    try:
-        raw = pb.split_properties(message.properties).get(pb.EXPIRATION)
-        value = pb.shortstr_value(raw)
-        return None if value is None else int(value)
-    except ValueError:
-        return None
 
 
 class PumpResult(Enum):
@@ -91,6 +83,7 @@ class QueueRuntime:
         behaviour: QueueBehaviour | None = None,
         outbox: Callable[[DeadLetter], None] | None = None,
         wake: Callable[[QueueRuntime], None] | None = None,
+        choice: ConsumerChoice | None = None,
     ) -> None:
         self.definition = definition
         self.name = definition.name
@@ -98,14 +91,17 @@ class QueueRuntime:
         self.partitions = definition.partitions
         self.store = store
         self.behaviour = behaviour or behaviour_of(definition.arguments)
+        # Who gets the next message (single active consumer is a choice too); the list is
+        # the choice's, and next_consumer is bound once: a delivery costs one call there.
+        self.choice = ConsumerChoice() if choice is None else choice
+        self.consumers = self.choice.consumers
+        self.next_consumer: Callable[[], Consumer | None] = self.choice.next_consumer
         self.rejects_publish = self.behaviour.rejects_publish  # read per publish: a plain field
         self.plain = self._is_plain()  # may deliver_now (read per publish: a plain field)
-        self.outbox = outbox  # where dead letters go (the vhost's); None: dropped
+        self.dead_letters = DeadLettering(self, outbox)  # outbox: the vhost's; None: dropped
         # The push scheduler's wake (None in unit tests): for what the queue itself decides
         # may let it deliver, such as another consumer becoming the single active one.
         self.wake = wake
-        self.consumers: list[Consumer] = []
-        self._rr = 0
         self.cursors = [0] * self.partitions  # next offset to fetch, per partition
         # Below these offsets a message may have gone out before a crash: flagged redelivered.
         self.maybe_delivered = [0] * self.partitions
@@ -151,8 +147,8 @@ class QueueRuntime:
         self.retried = 0  # left for the redelivery timer (they re-enter as new messages)
         self.expirations_seen = False  # some message here has its own expiration
         self.delivered = 0  # total deliveries (consumers and basic.get), for stats and tests
-        self._limit_sent: int | None = None
-        self._send_limit()
+        self.limits = LengthLimits(self)  # append limits, drop-head
+        self.limits.send_append_limit()
 
     async def start(self) -> None:
         """Resume from the committed offsets: what was in flight at a stop is redelivered."""
@@ -173,16 +169,7 @@ class QueueRuntime:
 
     async def recount_bytes(self) -> None:
         """Sum the bodies of the ready messages (a read pass; only for byte-limited queues)."""
-        total = await self._held_bytes()
-        for p in range(self.partitions):
-            offset = self.cursors[p]
-            while True:
-                result = await self.store.read(self.queue_id, p, offset, FETCH_BATCH)
-                if not result.messages:
-                    break
-                total += sum(len(m.body) for m in result.messages)
-                offset = result.next_offset
-        self.ready_bytes = total
+        await repositioning.recount_bytes(self)
 
     async def _held_bytes(self) -> int:
         """Body bytes of the ready messages read from the store already."""
@@ -193,16 +180,7 @@ class QueueRuntime:
         self.behaviour = behaviour
         self.rejects_publish = behaviour.rejects_publish
         self.plain = self._is_plain()
-        self._send_limit()
-
-    def _send_limit(self) -> None:
-        """x-max-length reject-publish travels with appends to a shared broker, which
-        refuses what would pass it (the embedded store leaves it to would_overflow)."""
-        b = self.behaviour
-        limit = b.max_length if b.rejects_publish else None
-        if limit != self._limit_sent:
-            self._limit_sent = limit
-            self.store.set_append_limit(self.queue_id, limit)
+        self.limits.send_append_limit()
 
     def _is_plain(self) -> bool:
         """A one-partition classic FIFO queue without limits, TTL or delivery counting: a
@@ -211,6 +189,7 @@ class QueueRuntime:
         arguments = self.definition.arguments
         return (
             type(self) is QueueRuntime
+            and type(self.choice) is ConsumerChoice
             and self.partitions == 1
             and arguments.get("x-queue-type", "classic") == "classic"
             and arguments.get("x-consume-mode") != "broadcast"
@@ -222,13 +201,14 @@ class QueueRuntime:
     # -- consumers ------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
+        self.choice.add(consumer)
         self.last_used = time.monotonic()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
+        wake = self.choice.remove(consumer)
         self.last_used = time.monotonic()
+        if wake and self.wake is not None:
+            self.wake(self)
 
     @property
     def has_exclusive_consumer(self) -> bool:
@@ -237,32 +217,11 @@ class QueueRuntime:
     @property
     def active_consumer(self) -> Consumer | None:
         """The single active consumer (gateway/queues/single_active.py); None for other queues."""
-        return None
+        return self.choice.active
 
     def activity_status(self, consumer: Consumer) -> str:
-        """RabbitMQ's consumer ``activity_status``: every consumer of other queues is up."""
-        return "up"
-
-    def next_consumer(self) -> Consumer | None:
-        """Round-robin among the highest-priority consumers that have credit."""
-        consumers = self.consumers
-        n = len(consumers)
-        if n == 1:  # the common case, without the loop (same outcome)
-            consumer = consumers[0]
-            if consumer.has_credit():
-                self._rr = 1
-                return consumer
-            return None
-        best: Consumer | None = None
-        best_index = 0
-        for k in range(n):
-            index = (self._rr + k) % n
-            consumer = consumers[index]
-            if (best is None or consumer.priority > best.priority) and consumer.has_credit():
-                best, best_index = consumer, index
-        if best is not None:
-            self._rr = best_index + 1
-        return best
+        """RabbitMQ's consumer ``activity_status`` (``up``, or single active / waiting)."""
+        return self.choice.activity_status(consumer)
 
     # -- counting in ----------------------------------------------------------------------
 
@@ -276,22 +235,7 @@ class QueueRuntime:
 
     def dead_letter_publish(self, publish: Publish, properties: bytes, record_flags: int) -> None:
         """reject-publish-dlx: the refused message goes to the dead-letter exchange."""
-        b = self.behaviour
-        if b.dlx is None or self.outbox is None:
-            return
-        self.outbox(
-            DeadLetter(
-                self.name,
-                "maxlen",
-                publish.exchange,
-                publish.routing_key,
-                properties,
-                bytes(publish.body),
-                bool(record_flags & PERSISTENT),
-                b.dlx,
-                b.dlrk,
-            )
-        )
+        self.dead_letters.refused_publish(publish, properties, record_flags)
 
     def count_out(self, body_size: int) -> None:
         self.ready_count -= 1
@@ -300,7 +244,7 @@ class QueueRuntime:
 
     def congested(self) -> bool:
         """Far behind while a consumer could take messages: its publishers should wait."""
-        return self.ready_count > FLOW_HIGH and any(c.has_credit() for c in self.consumers)
+        return self.ready_count > FLOW_HIGH and self.choice.any_can_take()
 
     def caught_up_signal(self) -> anyio.Event:
         if self.caught_up_event is None:
@@ -317,10 +261,12 @@ class QueueRuntime:
 
     def would_overflow(self, body_size: int) -> bool:
         """reject-publish: would one more message of this size pass a limit?"""
+        if self.leases is not None:
+            # Cluster: the broker counts both limits at the append (this gateway's counts
+            # see neither the others' publishes nor their consumers' acks).
+            return False
         b = self.behaviour
-        # Cluster: the broker counts for max-length at the append (this gateway's count
-        # does not see the others' publishes); max-length-bytes stays a local check.
-        if self.leases is None and b.max_length is not None and self.ready_count + 1 > b.max_length:
+        if b.max_length is not None and self.ready_count + 1 > b.max_length:
             return True
         return b.max_length_bytes is not None and self.ready_bytes + body_size > b.max_length_bytes
 
@@ -356,14 +302,6 @@ class QueueRuntime:
             return self.buffer[0][1]
         return None
 
-    def deadline(self, message: StoredMessage) -> int | None:
-        """When ``message`` expires (wall ms), from the queue TTL and its own expiration."""
-        ttl = self.behaviour.message_ttl_ms
-        own = message_expiration(message)
-        if own is not None:
-            ttl = own if ttl is None else min(ttl, own)
-        return None if ttl is None else message.store_ts_ms + ttl
-
     def take(self, now_ms: int | None = None) -> tuple[int, StoredMessage, bool] | None:
         """Next message to hand out: (partition, message, redelivered).
 
@@ -376,7 +314,7 @@ class QueueRuntime:
                 return None
             partition, message, redelivered = taken
             if self.behaviour.message_ttl_ms is not None or message.flags & EXPIRATION_FLAG:
-                deadline = self.deadline(message)
+                deadline = deadline_ms(message, self.behaviour.message_ttl_ms)
                 now = wall_ms() if now_ms is None else now_ms
                 if deadline is not None and deadline < now and deadline != message.store_ts_ms:
                     self.leave(partition, message, "expired")
@@ -392,7 +330,7 @@ class QueueRuntime:
             self.inflight[partition].add(message.queue_offset)
             if self.behaviour.counts_deliveries:
                 returned = self.returns.get((partition, message.queue_offset), 0)
-                message = _stamped(message, returned)
+                message = stamped(message, returned)
             return (
                 partition,
                 message,
@@ -432,7 +370,7 @@ class QueueRuntime:
                 more = True
                 continue
             if result.status is ReadStatus.MOVED:
-                self._lost_to_retention(result.min_offset - self.cursors[p])
+                repositioning.lost_to_retention(self, result.min_offset - self.cursors[p])
             self.cursors[p] = result.next_offset
             ends.append((p, result.min_offset, result.max_offset))
             more = more or result.next_offset < result.max_offset
@@ -542,39 +480,10 @@ class QueueRuntime:
         self.fed = True
         return True
 
-    def _lost_to_retention(self, count: int) -> None:
-        if count <= 0:
-            return
-        self.dropped_by_retention += count
-        self.ready_count = max(0, self.ready_count - count)
-        log.warning(
-            "queue %r: %d unread message(s) removed by the store's retention (age or disk "
-            "budget) before delivery",
-            self.name,
-            count,
-        )
-
     async def drop_stored_before(self, cut_ts_ms: int, why: str) -> int:
         """Ready messages stored before ``cut_ts_ms`` leave without dead-lettering, as
-        retention (x-max-age, disk-overflow drop-oldest); unacked ones stay with their
-        consumers. Counted in dropped_by_retention and logged."""
-        dropped, bytes_known = await self._drop_held_before(cut_ts_ms)
-        skipped = 0
-        for p in range(self.partitions):
-            target = await self.store.offset_for_time(self.queue_id, p, cut_ts_ms)
-            if target > self.cursors[p]:
-                skipped += target - self.cursors[p]
-                self.cursors[p] = target
-        dropped += skipped
-        if not dropped:
-            return 0
-        self.ready_count = max(0, self.ready_count - dropped)
-        self.dropped_by_retention += dropped
-        self.commit_dirty = True
-        if (skipped or not bytes_known) and self.behaviour.max_length_bytes is not None:
-            await self.recount_bytes()
-        log.warning("queue %r: %d unread message(s) dropped: %s", self.name, dropped, why)
-        return dropped
+        retention (gateway/queues/repositioning.py); returns how many."""
+        return await repositioning.drop_stored_before(self, cut_ts_ms, why)
 
     async def _drop_held_before(self, cut_ts_ms: int) -> tuple[int, bool]:
         """Drop the read ready messages stored before ``cut_ts_ms``: (how many, whether
@@ -611,59 +520,13 @@ class QueueRuntime:
     def reject(self, partition: int, message: StoredMessage) -> None:
         """Reject or nack without requeue: dead-lettered (reason rejected) or dropped."""
         self.inflight[partition].discard(message.queue_offset)
-        self._gone(partition, message, "rejected")
+        self.dead_letters.gone(partition, message, "rejected")
 
     def leave(self, partition: int, message: StoredMessage, reason: str) -> None:
         """A ready message leaves from the head: expired, maxlen (drop-head)."""
         self.ready_count -= 1
         self.ready_bytes -= len(message.body)
-        self._gone(partition, message, reason)
-
-    def _gone(
-        self, partition: int, message: StoredMessage, reason: str, to_dlq: bool = False
-    ) -> None:
-        """The message left for good: dead-lettered if the queue has somewhere to send it."""
-        self.returns.pop((partition, message.queue_offset), None)
-        self.commit_dirty = True
-        b = self.behaviour
-        if b.counts_deliveries:  # the count is stamped per delivery, not part of the message
-            message = _stamped(message, None)
-        dlx, dlrk = b.dlx, b.dlrk
-        if dlx is None and to_dlq:
-            dlx, dlrk = "", self.name + DLQ_SUFFIX
-        if dlx is None or self.outbox is None:
-            self.dropped += 1
-            return
-        self.dead_lettered += 1
-        settled = None
-        if b.dead_letter_at_least_once and not to_dlq:
-            settled = self._held_until_stored(partition, message.queue_offset)
-        self.outbox(
-            DeadLetter(
-                self.name,
-                reason,
-                message.exchange.decode(),
-                message.routing_key.decode(),
-                bytes(message.properties),
-                bytes(message.body),
-                bool(message.flags & PERSISTENT),
-                dlx,
-                dlrk,
-                to_dlq and b.dlx is None,
-                settled,
-            )
-        )
-
-    def _held_until_stored(self, partition: int, offset: int) -> Callable[[], None]:
-        """At-least-once: the message holds the committed offset until its dead letter is
-        durable (then the returned callback settles it)."""
-        self.inflight[partition].add(offset)
-
-        def settled() -> None:
-            self.inflight[partition].discard(offset)
-            self.commit_dirty = True
-
-        return settled
+        self.dead_letters.gone(partition, message, reason)
 
     # -- redelivery backoff (gateway/features/redelivery.py) ------------------------------
 
@@ -684,7 +547,7 @@ class QueueRuntime:
     def give_up(self, partition: int, message: StoredMessage) -> None:
         """Past x-max-redeliveries: to the dead-letter exchange, or the queue's .dlq."""
         self.inflight[partition].discard(message.queue_offset)
-        self._gone(partition, message, "delivery_limit", to_dlq=True)
+        self.dead_letters.gone(partition, message, "delivery_limit", to_dlq=True)
 
     def requeue(self, partition: int, message: StoredMessage) -> None:
         if self.deleted:
@@ -695,7 +558,7 @@ class QueueRuntime:
             key = (partition, message.queue_offset)
             returned = self.returns.get(key, 0) + 1
             if returned > limit:
-                self._gone(partition, message, "delivery_limit")
+                self.dead_letters.gone(partition, message, "delivery_limit")
                 return
             self.returns[key] = returned  # take() stamps it on the next delivery
         self.ready_count += 1
@@ -708,24 +571,7 @@ class QueueRuntime:
 
     async def expire(self, now_ms: int) -> int | None:
         """Drop expired messages from the head; returns the next head's deadline, if any."""
-        if self.behaviour.message_ttl_ms is None and not self._head_may_expire():
-            return None
-        while True:
-            head = await self._fetch_head(always=False)
-            if head is None:
-                return None
-            deadline = self.deadline(head)
-            if deadline is None or deadline > now_ms:
-                return deadline
-            taken = self._pop_head()
-            assert taken is not None
-            self.leave(taken[0], taken[1], "expired")
-
-    def _head_may_expire(self) -> bool:
-        head = self._peek_head()
-        if head is not None:
-            return bool(head.flags & EXPIRATION_FLAG)
-        return self.expirations_seen and self.ready_count > 0
+        return await expire_head(self, now_ms)
 
     async def _fetch_head(self, always: bool) -> StoredMessage | None:
         """The next message to leave, read from the store if need be (None: no message).
@@ -739,14 +585,7 @@ class QueueRuntime:
 
     async def enforce_limits(self) -> None:
         """drop-head: while over max-length or max-length-bytes, the oldest messages go."""
-        if self.behaviour.overflow != "drop-head":
-            return
-        while self.over_limit():
-            if await self._fetch_head(always=True) is None:
-                return
-            taken = self._pop_head()
-            assert taken is not None
-            self.leave(taken[0], taken[1], "maxlen")
+        await self.limits.enforce()
 
     def pump(self, quota: int, now: float) -> PumpResult:
         """Deliver up to ``quota`` messages to consumers with credit (and within the rate)."""
@@ -771,10 +610,11 @@ class QueueRuntime:
     def _pump(self, quota: int, byte_limit: TokenBucket | None, now: float) -> PumpResult:
         delivered = 0
         now_ms = wall_ms()
+        next_consumer = self.next_consumer
         while delivered < quota:
             if not self.has_buffered():
                 return PumpResult.NO_MESSAGES
-            consumer = self.next_consumer()
+            consumer = next_consumer()
             if consumer is None:
                 return self._no_consumer_ready()
             taken = self.take(now_ms)
@@ -794,12 +634,7 @@ class QueueRuntime:
     def _no_consumer_ready(self) -> PumpResult:
         """No consumer can take a message: out of credit, or held by its connection's rate
         limit (then the scheduler wakes the queue when the first of them has a token)."""
-        wake_at: float | None = None
-        for consumer in self.consumers:
-            limits = consumer.sink.limits
-            if limits is not None and not limits.ready():
-                at = limits.next_at()
-                wake_at = at if wake_at is None else min(wake_at, at)
+        wake_at = self.choice.rate_wake_at()
         if wake_at is None:
             return PumpResult.NO_CREDIT
         self.rate_wake_at = wake_at
@@ -861,43 +696,12 @@ class QueueRuntime:
         self.set_lease(partition, True)
 
     async def reset_to_time(self, ts_ms: int) -> list[tuple[int, int]]:
-        """RocketMQ's resetOffsetByTime: each partition is read again from its first message
-        stored at or after ``ts_ms`` (what lies before is skipped, what was consumed after
-        is replayed). Returns (from, to) offsets per partition. What consumers hold unacked
-        stays with them (and may come again if the reset replays it)."""
-        moves = []
-        before = self.committed_offsets()
-        for p in range(self.partitions):
-            target = await self.store.offset_for_time(self.queue_id, p, ts_ms)
-            moves.append((before[p], target))
-        self.buffer.clear()
-        self.requeued.clear()
-        self.returns.clear()
-        self.cursors = [to for _, to in moves]
-        stats = await self.store.queue_stats(self.queue_id)
-        self.ready_count = sum(
-            max(0, s.max_offset - self.cursors[s.partition]) for s in stats.partitions
-        )
-        self.exhausted = False
-        self.commit_dirty = True
-        if self.behaviour.max_length_bytes is not None:
-            await self.recount_bytes()
-        await self.commit()
-        return moves
+        """Read again from the first message stored at or after ``ts_ms`` (RocketMQ's
+        resetOffsetByTime, gateway/queues/repositioning.py): (from, to) per partition."""
+        return await repositioning.reset_to_time(self, ts_ms)
 
     async def purge(self) -> int:
-        count = self.ready_count
-        purged = await self.store.purge(self.queue_id)
-        if not self.holds_all_leases():  # cluster: another gateway delivers; the broker knows
-            count = purged
-        self.buffer.clear()
-        self.requeued.clear()
-        stats = await self.store.queue_stats(self.queue_id)
-        self.cursors = [s.max_offset for s in stats.partitions]
-        self.ready_count = self.ready_bytes = 0
-        self.dropped += count
-        self.commit_dirty = True
-        return count
+        return await repositioning.purge(self)
 
     def committed_offsets(self) -> list[int]:
         lowest = list(self.cursors)
@@ -910,16 +714,41 @@ class QueueRuntime:
                 lowest[partition] = min(lowest[partition], *offsets)
         return lowest
 
+    async def report_progress(self) -> None:
+        """Commit now, changed or not: refreshes the progress report (delivery_progress)
+        that other gateways count and hold their publishers by."""
+        self.commit_dirty = True
+        await self.commit()
+
     async def commit(self) -> None:
         if not self.commit_dirty or self.deleted:
             return
         self.commit_dirty = False
+        progress = self.delivery_progress()
         for partition, offset in enumerate(self.committed_offsets()):
             fence = self.fences[partition]
+            held = progress is not None and fence != 0
             try:
-                await self.store.commit_offset(QUEUE_GROUP, self.queue_id, partition, offset, fence)
+                await self.store.commit_offset(
+                    QUEUE_GROUP, self.queue_id, partition, offset, fence,
+                    progress[partition] if held and progress is not None else None,
+                )  # fmt: skip
             except StaleFence as error:
                 self.lose_lease(partition, error)
+
+    def delivery_progress(self) -> list[DeliveryProgress] | None:
+        """Per partition where this gateway stands, for the store's ready counts and the
+        flow control of the gateways that publish here (cluster only: an embedded node
+        counts for itself). None where positions are not a single cursor (priority)."""
+        if self.leases is None:
+            return None
+        behind = [0] * self.partitions
+        for partition, _ in self.buffer:
+            behind[partition] += 1
+        for _, partition, _ in self.requeued:
+            behind[partition] += 1
+        takers = sum(1 for consumer in self.consumers if consumer.has_credit())
+        return [DeliveryProgress(at, behind[p], takers) for p, at in enumerate(self.cursors)]
 
     def lose_lease(self, partition: int, error: StaleFence) -> None:
         """The broker refused our fencing token: another gateway took the partition over
@@ -937,19 +766,3 @@ class QueueRuntime:
         )
         self.fences[partition] = 0
         self.set_lease(partition, False)
-
-
-def with_delivery_count(properties: bytes | memoryview, count: int | None) -> bytes:
-    """The properties with x-delivery-count set to ``count`` (None: removed)."""
-    raw = None if count is None else pb.long(count)
-    return pb.set_header(properties, DELIVERY_COUNT, "l", raw)
-
-
-def _stamped(message: StoredMessage, count: int | None) -> StoredMessage:
-    """Quorum-queue style: each delivery carries x-delivery-count, the times it came back.
-    Properties the broker cannot edit go out as they came in."""
-    try:
-        properties = with_delivery_count(message.properties, count)
-    except pb.PropertyError:
-        return message
-    return message._replace(properties=memoryview(properties))

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable, Iterable
 import anyio
 
 from gateway.observe.histogram import Histogram
-from gateway.queues.runtime import FLOW_LOW, PumpResult, QueueRuntime, wall_ms
+from gateway.queues.expiry import wall_ms
+from gateway.queues.runtime import FLOW_LOW, PumpResult, QueueRuntime
 from storage import StoreError
 
 RETRY_S = 0.5  # a queue whose store call failed is served again after this

@@ -21,15 +21,17 @@ In a cluster each gateway chooses among its own consumers and only the gateway h
 queue's delivery lease delivers, so one consumer in the cluster gets messages; which one is
 not the cluster-wide subscription order.
 
-No per-message cost: the choice is made when consumers come and go; delivery asks only
-whether the active consumer has credit.
+A consumer choice (gateway/queues/consumer_choice.py) that any queue layout takes: a priority
+queue with a single active consumer is ``PriorityQueueRuntime`` given this choice. No
+per-message cost: the choice is made when consumers come and go; delivery asks only whether
+the active consumer has credit.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.queues.runtime import FLOW_HIGH, PumpResult, QueueRuntime
+from gateway.queues.consumer_choice import ConsumerChoice
 
 if TYPE_CHECKING:
     from gateway.queues.consumer import QueueConsumer as Consumer
@@ -37,49 +39,49 @@ if TYPE_CHECKING:
 SINGLE_ACTIVE_ARG = "x-single-active-consumer"
 
 
-class SingleActiveConsumer(QueueRuntime):
-    """A queue runtime that delivers to one consumer at a time (see the module doc)."""
+class SingleActiveChoice(ConsumerChoice):
+    """Deliver to one consumer at a time (see the module doc)."""
 
-    _active: Consumer | None = None
+    def __init__(self, consumers: list[Consumer] | None = None) -> None:
+        super().__init__(consumers)
+        self._active: Consumer | None = None
 
     @property
-    def active_consumer(self) -> Consumer | None:
+    def active(self) -> Consumer | None:
         return self._active
 
     def activity_status(self, consumer: Consumer) -> str:
         return "single_active" if consumer is self._active else "waiting"
 
-    def add_consumer(self, consumer: Consumer) -> None:
-        super().add_consumer(consumer)
+    def add(self, consumer: Consumer) -> None:
+        super().add(consumer)
         if self._active is None:
             self._active = consumer
 
-    def remove_consumer(self, consumer: Consumer) -> None:
-        super().remove_consumer(consumer)
+    def remove(self, consumer: Consumer) -> bool:
+        super().remove(consumer)
         if consumer is not self._active:
-            return
+            return False
         # rabbit_queue_consumers:get_consumer/1: the head of the consumers' priority queue;
         # max() keeps the first of equals, and self.consumers is in subscription order.
         self._active = max(self.consumers, key=_priority, default=None)
-        if self._active is not None and self.wake is not None:
-            self.wake(self)  # nothing else may wake the queue: its messages are waiting
+        return self._active is not None  # its messages are waiting: wake the queue
 
     def next_consumer(self) -> Consumer | None:
         active = self._active
         return active if active is not None and active.has_credit() else None
 
-    def congested(self) -> bool:
+    def any_can_take(self) -> bool:
         active = self._active
-        return self.ready_count > FLOW_HIGH and active is not None and active.has_credit()
+        return active is not None and active.has_credit()
 
-    def _no_consumer_ready(self) -> PumpResult:
+    def rate_wake_at(self) -> float | None:
         """Only the active consumer's rate limit can make the queue deliver again."""
         active = self._active
         limits = None if active is None else active.sink.limits
         if limits is None or limits.ready():
-            return PumpResult.NO_CREDIT
-        self.rate_wake_at = limits.next_at()
-        return PumpResult.RATE_LIMITED
+            return None
+        return limits.next_at()
 
 
 def _priority(consumer: Consumer) -> int:

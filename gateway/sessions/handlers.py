@@ -27,7 +27,7 @@ from gateway.features import stream as stream_queue
 from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from gateway.features.direct_reply import REPLY_QUEUE
 from gateway.queues.runtime import QueueRuntime
-from gateway.queues.single_active import SingleActiveConsumer
+from gateway.queues.single_active import SingleActiveChoice
 from gateway.sessions.channel_state import ChannelState, Consumer, Delivery, TxAction
 from gateway.vhost import VirtualHost, amqp_error
 from meta import checks
@@ -382,7 +382,7 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
     tag = m.consumer_tag or _consumer_tag()
     # A single-active-consumer queue refuses exclusive consumers, consumers or not
     # (rabbit_amqqueue_process: exclusive_consume_unavailable).
-    exclusive_refused = bool(queue.consumers) or isinstance(queue, SingleActiveConsumer)
+    exclusive_refused = bool(queue.consumers) or isinstance(queue.choice, SingleActiveChoice)
     if queue.has_exclusive_consumer or (m.exclusive and exclusive_refused):
         raise AccessRefused(
             f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use", 60, 20

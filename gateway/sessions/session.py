@@ -403,7 +403,14 @@ class Session:
             await self._confirm_send.send((confirms, end_offset, ok))
         for queue in woken:
             if queue.congested():
+                self.node.stats.flow_holds_local += 1
                 await self._wait_for_consumers(queue)
+            elif (
+                self.node.remote_backlog is not None
+                and not queue.holds_all_leases()  # another gateway delivers: ask the broker
+                and await self.node.remote_backlog.hold(queue, FLOW_WAIT_MAX_S)
+            ):
+                self.node.stats.flow_holds_remote += 1
 
     def _transient_only(self, records: list[Record]) -> bool:
         """A batch of transient messages only, on the embedded node: RabbitMQ confirms such

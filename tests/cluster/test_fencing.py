@@ -40,13 +40,14 @@ def test_a_replaced_holder_cannot_commit_over_the_new_one(cluster: Cluster) -> N
             held.append((method.delivery_tag, body))
             if len(held) == 20:
                 break
-    committed = lambda: ch_b_count() == TOTAL - 30  # noqa: E731
+    # What B counts: neither the 30 acked nor the 20 A holds are ready.
+    committed = lambda: ch_b_count() == TOTAL - 30 - 20  # noqa: E731
     conn_b, ch_b = channel(b)
 
     def ch_b_count() -> int:
         return int(ch_b.queue_declare("fenced", passive=True).method.message_count)
 
-    check_for(5, committed)  # A's commit of 30 reached the broker
+    check_for(5, committed)  # A's commit (30) and progress report (20 more out) are there
 
     # B wants the queue too; A holds it until A stops renewing.
     conn_c, ch_c = channel(b)

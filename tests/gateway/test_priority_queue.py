@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 
 import gateway.queues.priority as pq
 from gateway.amqp import property_bytes as pb
-from gateway.features.queue_kinds import PrioritySingleActive, new_queue_runtime, runtime_class
+from gateway.features.queue_kinds import consumer_choice, new_queue_runtime, runtime_class
+from gateway.queues.consumer_choice import ConsumerChoice
+from gateway.queues.priority_index import message_priority
 from gateway.queues.runtime import QueueRuntime
-from gateway.queues.single_active import SingleActiveConsumer
+from gateway.queues.single_active import SingleActiveChoice
 from gateway.vhost import VirtualHost
 from meta.errors import PreconditionFailed
 from meta.models import QueueDef
@@ -58,27 +60,30 @@ def _properties(priority: int | None, headers: bool = False) -> bytes:
 
 
 def test_priority_is_read_from_the_property_bytes() -> None:
-    assert pq.message_priority(_properties(None), 10) == 0
-    assert pq.message_priority(_properties(7), 10) == 7
-    assert pq.message_priority(_properties(7, headers=True), 10) == 7
-    assert pq.message_priority(memoryview(_properties(200)), 10) == 10  # capped
-    assert pq.message_priority(b"", 10) == 0
-    assert pq.message_priority(b"\x08\x00", 10) == 0  # flag without its byte
+    assert message_priority(_properties(None), 10) == 0
+    assert message_priority(_properties(7), 10) == 7
+    assert message_priority(_properties(7, headers=True), 10) == 7
+    assert message_priority(memoryview(_properties(200)), 10) == 10  # capped
+    assert message_priority(b"", 10) == 0
+    assert message_priority(b"\x08\x00", 10) == 0  # flag without its byte
 
 
 def test_the_runtime_follows_the_arguments() -> None:
-    def kind(**arguments: Any) -> type[QueueRuntime]:
-        return runtime_class(QueueDef(vhost="/", name="q", arguments=arguments))
+    def kind(**arguments: Any) -> tuple[type[QueueRuntime], type[ConsumerChoice]]:
+        definition = QueueDef(vhost="/", name="q", arguments=arguments)
+        return runtime_class(definition), type(consumer_choice(definition))
 
-    assert kind() is QueueRuntime
-    assert kind(**{"x-max-priority": 5}) is pq.PriorityQueueRuntime
-    assert kind(**{"x-max-priority": 0}) is pq.PriorityQueueRuntime
-    assert kind(**{"x-max-priority": "high"}) is QueueRuntime  # from before validation
-    assert kind(**{"x-max-priority": 5, "x-queue-type": "quorum"}) is QueueRuntime
-    assert kind(**{"x-single-active-consumer": True}) is SingleActiveConsumer
-    assert kind(**{"x-single-active-consumer": False}) is QueueRuntime
+    fifo = QueueRuntime, ConsumerChoice
+    priority = pq.PriorityQueueRuntime, ConsumerChoice
+    assert kind() == fifo
+    assert kind(**{"x-max-priority": 5}) == priority
+    assert kind(**{"x-max-priority": 0}) == priority
+    assert kind(**{"x-max-priority": "high"}) == fifo  # from before validation
+    assert kind(**{"x-max-priority": 5, "x-queue-type": "quorum"}) == fifo
+    assert kind(**{"x-single-active-consumer": True}) == (QueueRuntime, SingleActiveChoice)
+    assert kind(**{"x-single-active-consumer": False}) == fifo
     both = {"x-single-active-consumer": True, "x-max-priority": 3}
-    assert kind(**both) is PrioritySingleActive
+    assert kind(**both) == (pq.PriorityQueueRuntime, SingleActiveChoice)
 
 
 @pytest.mark.parametrize("key, value", [("x-max-priority", 5), ("x-single-active-consumer", True)])

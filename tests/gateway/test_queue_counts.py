@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from gateway.amqp import property_bytes as pb
 from gateway.queues.dead_letter import DeadLetter
-from gateway.queues.runtime import EXPIRATION_FLAG, QueueRuntime, wall_ms
+from gateway.queues.expiry import EXPIRATION_FLAG, wall_ms
+from gateway.queues.runtime import QueueRuntime
 from meta.models import QueueDef
 from storage import FlushPolicy, Record, StoreConfig, StoredMessage, open_embedded_store
 

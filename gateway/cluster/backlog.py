@@ -1,0 +1,143 @@
+"""Publish flow control across gateways.
+
+On one node a publisher waits while a queue it feeds is far behind consumers that could take
+messages (QueueRuntime.congested). In a cluster the queue may be delivered by another
+gateway, whose counts this one never sees: without more, a publisher on gateway A fills a
+queue that gateway B's consumers drain, and latency grows with the backlog (fanout-10 on two
+gateways: p99 3.7 s). The two gateways meet only at the broker, so that is where the backlog
+is read:
+
+- The delivering gateway reports its position with its offset commits (DeliveryProgress:
+  next offset handed out, ready messages behind it, consumers with credit), every
+  ``REPORT_EVERY_S`` while a queue it delivers is behind, and every ``MOVED_EVERY`` ticks
+  for the others whose position moved (``report_progress``: counts on other gateways stay
+  that fresh), besides the ordinary commit each second. The broker keeps with each report
+  the ready count it meant on arrival.
+- A publishing gateway that does not deliver the queue reads the broker's queue stats
+  (``RemoteBacklog``, cached for ``SAMPLE_TTL_S`` and shared by its sessions) and holds the
+  publisher, as on one node, while the reported backlog is above FLOW_HIGH, consumers could
+  take messages and the position moves. It lets go below FLOW_LOW, when the consumers stop
+  taking (no credit, or no report moving within ``MOVING_WINDOW_S``: a stale report from a
+  gateway gone must not hold anyone), or after the session's bounded wait. The backlog is
+  the one each report meant when it arrived, not the end now against an older position:
+  a gateway keeping up sends no frequent reports, and what was published since its last
+  one is no backlog of its.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import anyio
+
+from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
+from storage import StorePort
+
+REPORT_EVERY_S = 0.1
+MOVED_EVERY = 3  # ticks: positions that moved are reported every 0.3 s
+REPORT_MAX_QUEUES = 256  # per tick, in turn: 10,000 backlogged queues cost no flood of calls
+SAMPLE_TTL_S = 0.02
+MOVING_WINDOW_S = 0.5
+
+
+async def report_progress(queues: Callable[[], Iterable[QueueRuntime]]) -> None:
+    """The delivering side: refresh the progress report of each queue this gateway delivers
+    while it is behind (what the others' publishers are held by)."""
+    reported: dict[int, list[int]] = {}  # queue id -> its cursors at its last report
+    tick = turn = 0
+    while True:
+        await anyio.sleep(REPORT_EVERY_S)
+        tick += 1
+        due = []
+        for queue in queues():
+            if queue.leases is None or not any(queue.leases) or queue.deleted:
+                continue
+            if queue.ready_count > FLOW_LOW or (
+                tick % MOVED_EVERY == 0 and reported.get(queue.queue_id) != queue.cursors
+            ):
+                due.append(queue)
+        if not due:
+            continue
+        start = turn % len(due)
+        for queue in (due[start:] + due[:start])[:REPORT_MAX_QUEUES]:
+            reported[queue.queue_id] = list(queue.cursors)
+            await queue.report_progress()
+        turn += REPORT_MAX_QUEUES
+        if len(reported) > 2 * len(due) + 1024:  # queues gone or no longer delivered here
+            reported = {q.queue_id: reported[q.queue_id] for q in due if q.queue_id in reported}
+
+
+@dataclass
+class _Sample:
+    at: float  # monotonic s
+    backlog: int  # ready messages the reports meant, in the partitions someone reports on
+    takers: int
+    positions: tuple[int, ...]
+    moved_at: float  # when the reported positions last changed (-inf: never seen)
+
+
+class RemoteBacklog:
+    """The publishing side: how far behind, by the broker, a queue another gateway delivers
+    is, and the wait of a publisher that feeds it."""
+
+    def __init__(self, store: StorePort, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.clock = clock
+        self._samples: dict[int, _Sample] = {}
+        self._refreshing: dict[int, anyio.Event] = {}
+
+    async def hold(self, queue: QueueRuntime, max_wait_s: float) -> bool:
+        """Wait while ``queue`` is congested at its delivering gateway; True if it waited."""
+        if not self.congested(await self.sample(queue)):
+            return False
+        with anyio.move_on_after(max_wait_s):
+            while True:
+                await anyio.sleep(SAMPLE_TTL_S)
+                sample = await self.sample(queue)
+                if sample.backlog <= FLOW_LOW or not self._draining(sample):
+                    break
+        return True
+
+    def congested(self, sample: _Sample) -> bool:
+        return sample.backlog > FLOW_HIGH and self._draining(sample)
+
+    def _draining(self, sample: _Sample) -> bool:
+        return sample.takers > 0 and self.clock() - sample.moved_at <= MOVING_WINDOW_S
+
+    async def sample(self, queue: QueueRuntime) -> _Sample:
+        """The queue's latest sample, read again from the broker when older than
+        SAMPLE_TTL_S (one read at a time per queue, shared by every waiting session)."""
+        queue_id = queue.queue_id
+        last = self._samples.get(queue_id)
+        if last is not None and self.clock() - last.at < SAMPLE_TTL_S:
+            return last
+        busy = self._refreshing.get(queue_id)
+        if busy is not None:
+            await busy.wait()
+            return self._samples.get(queue_id) or await self.sample(queue)
+        self._refreshing[queue_id] = done = anyio.Event()
+        try:
+            stats = await self.store.queue_stats(queue_id)
+        finally:
+            del self._refreshing[queue_id]
+            done.set()
+        reported = [p for p in stats.partitions if p.next_offset >= 0]
+        positions = tuple(p.next_offset for p in reported)
+        now = self.clock()
+        moved_at = float("-inf") if last is None else last.moved_at
+        if last is not None and positions != last.positions and last.positions:
+            moved_at = now
+        sample = _Sample(
+            now,
+            sum(p.reported_ready for p in reported),
+            max((p.takers for p in reported), default=0),
+            positions,
+            moved_at,
+        )
+        self._samples[queue_id] = sample
+        return sample
+
+    def forget(self, queue_id: int) -> None:
+        self._samples.pop(queue_id, None)
