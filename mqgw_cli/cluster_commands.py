@@ -1,6 +1,7 @@
 """`mqgw cluster up|status|stop|start|down --dir D`: a whole cluster as local processes.
 
     mqgw cluster up --dir D [--gateways N] [--groups G] [--replicas R] [--controllers C]
+    mqgw cluster add-group --dir D [--replicas R]
     mqgw cluster status --dir D [--json]
     mqgw cluster stop --dir D NAME [--kill]
     mqgw cluster start --dir D NAME
@@ -10,6 +11,8 @@
 (replicated when R ≥ 2) and N `mqgw serve` gateways, on free loopback ports, waits until each
 is ready (and each replicated group has a master) and describes them all in D/cluster.json;
 they keep running after it returns, and a watcher keeps the roles in cluster.json current.
+`add-group` starts one more broker group while the cluster runs; the gateways use it for new
+queues within about a second.
 docs/cluster.md has the details. Exit codes: 0 done (status: all healthy), 1 failed
 (status: something is unhealthy), 2 bad usage.
 """
@@ -87,6 +90,36 @@ def _up(args: argparse.Namespace) -> int:
         return 130
     console.print(_members_table(cluster))
     console.print(f"described in {cluster.state_path}; logs in {cluster.dir / 'logs'}")
+    return 0
+
+
+def _add_group(args: argparse.Namespace) -> int:
+    from bench.cluster import control
+    from bench.cluster.layout import ClusterError
+
+    if args.replicas < 1:
+        print("mqgw cluster add-group: --replicas must be ≥ 1", file=sys.stderr)
+        return 2
+    console = _console()
+
+    def on_note(text: str) -> None:
+        console.print(f"[green]✓[/] {text}", markup=True)
+
+    try:
+        added = control.add_group(
+            args.dir, args.replicas, args.timeout, _progress(console), on_note
+        )
+    except ClusterError as error:
+        print(f"mqgw cluster add-group: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mqgw cluster add-group: interrupted; its brokers are stopped", file=sys.stderr)
+        return 130
+    names = ", ".join(b.name for b in added)
+    console.print(
+        f"group {added[0].group} added ({names}); the gateways place new queues on it within "
+        f"about a second; existing queues stay where they are"
+    )
     return 0
 
 
@@ -301,6 +334,19 @@ def add_cluster_commands(commands: Any) -> None:
     )
     timeout(up, "seconds each process has to become ready (default 30)")
     up.set_defaults(func=_up)
+
+    add_group = sub(
+        "add-group", "start one more broker group g<N+1> in the running cluster; wait until ready"
+    )
+    add_group.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="R",
+        help="brokers in the group (default 1); 2 or more: replicated, needs a controller",
+    )
+    timeout(add_group, "seconds each broker has to become ready (default 30)")
+    add_group.set_defaults(func=_add_group)
 
     status = sub("status", "each process: running? healthy? (exit 1 if any is not)")
     status.add_argument("--json", action="store_true", help="JSON for machines")

@@ -1,4 +1,5 @@
-"""The cluster commands, as functions: up, start, stop, down (status is ``health.check``).
+"""The cluster commands, as functions: up, add_group, start, stop, down (status is
+``health.check``).
 
 Each one that changes the cluster holds an exclusive lock on D/.cluster.lock, so two
 commands on the same directory (a test's teardown and a stray `up`, say) cannot interleave,
@@ -25,6 +26,7 @@ from bench.cluster.layout import (
     Member,
     Shape,
     load,
+    new_group,
     plan,
 )
 
@@ -118,10 +120,13 @@ def _stop_order(cluster: Cluster) -> list[list[Member]]:
     ]
 
 
-def _wait_for_masters(cluster: Cluster, timeout_s: float, on_note: OnNote) -> None:
-    """Until the controller has elected a master in every replicated group (it gives each
-    broker a couple of seconds to report first): gateways started before would find none."""
-    waiting = set(cluster.replicated_groups())
+def _wait_for_masters(
+    cluster: Cluster, timeout_s: float, on_note: OnNote, groups: Sequence[str] | None = None
+) -> None:
+    """Until the controller has elected a master in every replicated group (or in each of
+    ``groups``; it gives each broker a couple of seconds to report first): gateways started
+    before would find none."""
+    waiting = set(cluster.replicated_groups() if groups is None else groups)
     began = time.monotonic()
     while waiting:
         observed = roles.refresh(cluster)
@@ -164,6 +169,45 @@ def _start_tier(
     launch.wait_ready(starting, timeout_s, on_ready)
     roles.refresh(cluster)
     cluster.save()
+
+
+def add_group(
+    directory: Path,
+    replicas: int,
+    timeout_s: float,
+    on_ready: OnReady,
+    on_note: OnNote = lambda _text: None,
+) -> list[BrokerMember]:
+    """Start the brokers of a new group g<N+1> (``replicas`` of them, replicated when ≥ 2)
+    and wait until they are ready (registered in Redis; a replicated group also has a master).
+    The running gateways find it in Redis by themselves and place new queues on it. If it
+    does not come up, its brokers are stopped and left out of cluster.json again."""
+    directory = directory.resolve()
+    with locked(directory):
+        cluster = load(directory)
+        if not launch.is_alive(cluster.redis):
+            raise ClusterError(
+                f"a new group registers in Redis, which is not running: "
+                f"`mqgw cluster start --dir {directory} redis` first"
+            )
+        if replicas > 1 and not any(launch.is_alive(c) for c in cluster.controllers):
+            raise ClusterError(
+                f"--replicas {replicas} needs a running controller to elect the group's master, "
+                "and this cluster has none (start it with `up --controllers C`)"
+            )
+        added = new_group(cluster, replicas)
+        group = added[0].group
+        cluster.brokers += added
+        try:
+            _start_tier(cluster, added, timeout_s, on_ready)
+            if replicas > 1:
+                _wait_for_masters(cluster, timeout_s, on_note, [group])
+        except BaseException:  # Ctrl-C too: no half-added group left running
+            launch.stop(added, kill=False, timeout_s=10)
+            cluster.brokers = [b for b in cluster.brokers if b not in added]
+            cluster.save()
+            raise
+        return added
 
 
 def start(directory: Path, name: str, timeout_s: float, on_ready: OnReady) -> Member | None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -228,8 +228,8 @@ class _Ports:
     """Hands out distinct loopback ports: a previous one when it is still free, else a new
     one the kernel says is free now."""
 
-    def __init__(self) -> None:
-        self._taken: set[int] = set()
+    def __init__(self, taken: Iterable[int] = ()) -> None:
+        self._taken: set[int] = set(taken)  # the cluster's other members' ports, when adding
 
     def take(self, previous: int | None = None) -> int:
         if previous and previous not in self._taken and port_free(previous):
@@ -279,25 +279,8 @@ def plan(directory: Path, shape: Shape, previous: Cluster | None) -> Cluster:
     ]
     replicated = shape.replicas > 1
     brokers = []
-    for number, broker_id in product(range(1, shape.groups + 1), range(shape.replicas)):
-        group = f"g{number}"
-        name = f"broker-{group}-{broker_id}"
-        port = ports.take(old_port(name))
-        brokers.append(
-            BrokerMember(
-                name=name,
-                group=group,
-                broker_id=str(broker_id),
-                port=port,
-                address=f"{HOST}:{port}",
-                data_dir=str(directory / "brokers" / f"{group}-{broker_id}"),
-                log=logfile(name),
-                # A replicated broker's role is the controller's to give: none until it does.
-                replication="sync" if replicated else "off",
-                role="none" if replicated else "master",
-                in_sync=not replicated,
-            )
-        )
+    for number in range(1, shape.groups + 1):
+        brokers += group_members(directory, f"g{number}", shape.replicas, ports, old_port)
     watcher = None
     if replicated or controllers:  # roles or a leader that can change while it runs
         watcher = WatcherMember(name="watcher", data_dir=str(directory), log=logfile("watcher"))
@@ -317,3 +300,43 @@ def plan(directory: Path, shape: Shape, previous: Cluster | None) -> Cluster:
             )
         )
     return Cluster(directory, redis, brokers, members, controllers, watcher)
+
+
+def group_members(
+    directory: Path,
+    group: str,
+    replicas: int,
+    ports: _Ports,
+    old_port: Callable[[str], int | None] = lambda _name: None,
+) -> list[BrokerMember]:
+    """The brokers of one group (by `up`, and by `add-group` for a group added later)."""
+    replicated = replicas > 1
+    members = []
+    for broker_id in range(replicas):
+        name = f"broker-{group}-{broker_id}"
+        port = ports.take(old_port(name))
+        members.append(
+            BrokerMember(
+                name=name,
+                group=group,
+                broker_id=str(broker_id),
+                port=port,
+                address=f"{HOST}:{port}",
+                data_dir=str(directory / "brokers" / f"{group}-{broker_id}"),
+                log=str(directory / "logs" / f"{name}.log"),
+                # A replicated broker's role is the controller's to give: none until it does.
+                replication="sync" if replicated else "off",
+                role="none" if replicated else "master",
+                in_sync=not replicated,
+            )
+        )
+    return members
+
+
+def new_group(cluster: Cluster, replicas: int) -> list[BrokerMember]:
+    """The brokers of a group added to ``cluster``: g<N+1> after its highest g<N>, on ports
+    none of its members has (a stopped member keeps its ports for its restart)."""
+    numbers = [int(b.group[1:]) for b in cluster.brokers if b.group[1:].isdigit()]
+    group = f"g{max(numbers, default=0) + 1}"
+    taken = [port for member in cluster.members() for port in member.ports]
+    return group_members(cluster.dir, group, replicas, _Ports(taken))

@@ -5,10 +5,11 @@ the tasks that keep several gateways in step.
   groups through it (brokers register themselves, see `mqgw broker --meta`; a replicated
   group's also heartbeat for the controller), then connects a store per group: a RemoteStore
   to an unreplicated group's broker, a GroupStore following a replicated group's master;
-  both reconnect by themselves. With one group that store is the gateway's store, as it
-  always was. With several, a RoutedStore (storage/routed_store.py) routes each queue
+  both reconnect by themselves. A RoutedStore (storage/routed_store.py) routes each queue
   partition to its group, as the route table in Redis says (gateway/cluster/placement.py: each new
-  queue is placed on the live groups with the fewest partitions before it is created).
+  queue is placed on the live groups with the fewest partitions before it is created), with
+  one group as with several: groups registered while the gateway runs are found and join it
+  within about a second (gateway/cluster/groups.py).
 - **Gateway lease.** The gateway holds a lease in Redis (renewed every second, lapsing after
   5 s). A gateway whose lease lapsed is reaped by whichever gateway sees it first: its
   exclusive queues are deleted, as RabbitMQ deletes them with their connection.
@@ -38,18 +39,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
 
+from gateway.cluster.groups import BROKER_WAIT_S, BrokerGroups, find_start_groups, open_group
 from gateway.cluster.placement import QueuePlacement
 from meta.change_feed import Change, Reload
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
-from storage import BrokerUnavailable, ReadStatus, StoreError, connect_remote_store
+from storage import BrokerUnavailable, ReadStatus, StoreError
 from storage.errors import StaleFence
-from storage.group_store import connect_group_store, replicated_groups
 from storage.port import StorePort
 from storage.routed_store import RoutedStore
 
@@ -67,7 +68,6 @@ POLL_S = 0.05
 LONG_POLL_MS = 5_000  # a held read's longest wait on the broker (then it is sent again)
 RETRY_S = 0.5
 GET_HOLD_S = 5.0  # a queue read by basic.get keeps its leases this long after the last get
-BROKER_WAIT_S = 30.0
 
 
 @asynccontextmanager
@@ -75,80 +75,44 @@ async def open_cluster_backends(
     settings: GatewaySettings, exchange_types: frozenset[str]
 ) -> AsyncIterator[tuple[StorePort, RedisMetadataStore]]:
     assert settings.meta is not None
-    meta = RedisMetadataStore(
-        settings.meta, exchange_types=exchange_types, default_user=not settings.users
-    )
+    url = settings.meta
+    meta = RedisMetadataStore(url, exchange_types=exchange_types, default_user=not settings.users)
     try:
-        groups = await _find_groups(meta, settings.meta)
+        groups = await find_start_groups(meta, url)
         async with AsyncExitStack() as stack:
             stores: dict[str, StorePort] = {}
             for group, address in groups.items():
                 stores[group] = await stack.enter_async_context(
-                    _open_group(settings, group, address)
+                    _open_start_group(url, group, address, settings.node_name)
                 )
-            if len(stores) == 1:
-                (store,) = stores.values()
-                yield store, meta
-                return
+            # A routed store even over one group: groups registered later join it.
             placement = QueuePlacement(meta, list(stores))
             for group, store in stores.items():
                 placement.note_stored(group, await store.queues())
             routed = RoutedStore(stores, placement)
-            placement.live = routed.live_groups
+            later = BrokerGroups(meta, url, settings.node_name, routed, placement)
+            placement.live = later.live
+            placement.discover = later.ensure
             log.info("cluster: metadata in %s, queues placed over broker groups %s",
-                     settings.meta, ", ".join(sorted(stores)))  # fmt: skip
-            yield routed, meta
+                     url, ", ".join(sorted(stores)))  # fmt: skip
+            async with later.running():
+                yield routed, meta
     finally:
         with anyio.CancelScope(shield=True):
             await meta.close()
 
 
-def _open_group(
-    settings: GatewaySettings, group: str, address: str | None
-) -> AbstractAsyncContextManager[StorePort]:
-    """A store for one group: following its master (replicated: ``address`` None), or to its
-    broker."""
-    assert settings.meta is not None
-    if address is not None:
-        log.info("cluster: metadata in %s, group %s on broker %s", settings.meta, group, address)
-        return connect_remote_store(address, unavailable_wait_s=10.0)
-    log.info("cluster: metadata in %s, messages on replicated group %s", settings.meta, group)
-    return _group_store(settings.meta, group, settings.node_name)
-
-
 @asynccontextmanager
-async def _group_store(url: str, group: str, name: str) -> AsyncIterator[StorePort]:
+async def _open_start_group(
+    url: str, group: str, address: str | None, name: str
+) -> AsyncIterator[StorePort]:
     try:
-        async with connect_group_store(url, group, name=name, ready_wait_s=BROKER_WAIT_S) as store:
+        async with open_group(url, group, address, name) as store:
             yield store
     except TimeoutError:
         raise SystemExit(
             f"mqgw: group {group} has no master in {url} within {BROKER_WAIT_S:.0f} s"
         ) from None
-
-
-async def _find_groups(meta: RedisMetadataStore, url: str) -> dict[str, str | None]:
-    """Every live broker group: replicated ones (brokers heartbeat for the controller) map to
-    None, the others to the address of their first live broker (by id). Waits a bounded time
-    for one to appear."""
-    with anyio.move_on_after(BROKER_WAIT_S):
-        while True:
-            found: dict[str, str | None] = {}
-            try:
-                found |= dict.fromkeys(await replicated_groups(url))
-                brokers = sorted(
-                    (b for b in await meta.list_brokers() if b.alive),
-                    key=lambda b: (b.group, b.broker_id),
-                )
-            except (MetadataUnavailable, OSError) as error:
-                log.warning("cluster: %s", error)
-                brokers = []
-            for broker in brokers:
-                found.setdefault(broker.group, broker.address)
-            if found:
-                return dict(sorted(found.items()))
-            await anyio.sleep(0.2)
-    raise SystemExit(f"mqgw: no live broker registered in {url} within {BROKER_WAIT_S:.0f} s")
 
 
 class ClusterLink:

@@ -11,12 +11,15 @@ attaches a queue: declared here, declared elsewhere and heard of on the change f
 loaded at start). ``place_queue`` is idempotent, so whichever gateway comes first decides and
 every other one gets the same answer. ``placement.set`` changes on the feed keep the cache
 current for queues attached here.
+
+Groups can be added while the gateway runs (gateway/cluster/groups.py: ``add_group``); a
+route naming a group this gateway has no store for yet waits for it (``discover``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 
 from meta.change_feed import Change
 from meta.cluster import ClusterRegistry
@@ -31,9 +34,16 @@ class QueuePlacement:
         self.meta = meta
         self.groups = sorted(groups)  # the groups this gateway has a store for
         self.live: Callable[[], list[str]] = lambda: self.groups  # set by the owner
+        # Set by the owner: wait (bounded) for a store for these groups, when they are live.
+        self.discover: Callable[[Collection[str]], Awaitable[None]] | None = None
         self._by_id: dict[int, list[str]] = {}
         self._ids: dict[tuple[str, str], int] = {}  # (vhost, name) -> queue id, attached here
         self._stored: dict[int, list[str]] = {}  # queue id -> groups whose store had it at start
+
+    def add_group(self, group: str) -> None:
+        """A group registered after start, now with a store here."""
+        if group not in self.groups:
+            self.groups = sorted([*self.groups, group])
 
     def note_stored(self, group: str, queue_ids: Iterable[int]) -> None:
         """At start: the queues ``group``'s store holds. A queue stored before the cluster
@@ -60,6 +70,9 @@ class QueuePlacement:
                 raise
             return  # deleted meanwhile: its deletion follows on the feed
         unknown = sorted(set(route) - set(self.groups))
+        if unknown and self.discover is not None:  # placed by a gateway that saw it first
+            await self.discover(unknown)
+            unknown = sorted(set(route) - set(self.groups))
         if unknown:
             log.error("queue %r in vhost %r is placed on broker group(s) %s, which this gateway "
                       "has no store for", definition.name, definition.vhost,
