@@ -20,7 +20,7 @@ from typing import Any
 
 from pamqp import commands as c
 
-from tests.diff.raw import RawClient, describe_close
+from tests.diff.raw import Message, RawClient, describe_close
 from tests.diff.support import Server, describe, run_both
 
 STREAM = {"x-queue-type": "stream"}
@@ -105,14 +105,30 @@ def test_declare_rules_like_rabbitmq(servers: list[Server], names: str) -> None:
     assert rabbit[0] == ("channel", 406, f"PRECONDITION_FAILED - {text}", 50, 10)
 
 
-def _session(server: Server, queue: str, methods: list[Any], qos: int | None = 10) -> Any:
+def _session(
+    server: Server,
+    queue: str,
+    methods: list[Any],
+    qos: int | None = 10,
+    then: tuple[int, list[Any]] = (0, []),
+) -> Any:
+    """Send ``methods``; with ``then`` = (n, more): once n messages arrived, send ``more``
+    (a client acks or rejects what it has received, not what may still be on its way)."""
     with server.raw() as client:
         client.open_channel(1)
         if qos is not None:
             client.rpc(1, c.Basic.Qos(prefetch_count=qos))
         for method in methods:
             client.send(1, method)
-        return [_outcome(item) for item in client.drain(1, QUIET_S)]
+        items: list[Any] = []
+        wanted, more = then
+        while sum(isinstance(item, Message) for item in items) < wanted:
+            items.append(client.next_item(1))
+            if client.closed is not None:
+                break
+        for method in more:
+            client.send(1, method)
+        return [_outcome(item) for item in items + client.drain(1, QUIET_S)]
 
 
 def _consume(queue: str, offset: Any = None, **options: Any) -> c.Basic.Consume:
@@ -167,11 +183,11 @@ def test_refused_methods_like_rabbitmq(servers: list[Server], names: str) -> Non
             _session(server, q, [_consume(q, "0s")], qos=None),
             _session(server, q, [_consume(q, no_ack=True)]),
             _session(server, q, [c.Basic.Qos(prefetch_count=5, global_=True), _consume(q)], None),
-            _session(server, q, [*delivered, c.Basic.Reject(delivery_tag=2, requeue=False)]),
-            _session(server, q, [*delivered, c.Basic.Reject(delivery_tag=2, requeue=True)]),
-            _session(server, q, [*delivered, c.Basic.Nack(delivery_tag=2, requeue=True)]),
-            _session(server, q, [*delivered, c.Basic.Ack(delivery_tag=99)]),
-            _session(server, q, [*delivered, c.Basic.Ack(delivery_tag=1), c.Basic.Ack(1)]),
+            _session(server, q, delivered, then=(3, [c.Basic.Reject(2, requeue=False)])),
+            _session(server, q, delivered, then=(3, [c.Basic.Reject(2, requeue=True)])),
+            _session(server, q, delivered, then=(3, [c.Basic.Nack(2, requeue=True)])),
+            _session(server, q, delivered, then=(3, [c.Basic.Ack(delivery_tag=99)])),
+            _session(server, q, delivered, then=(3, [c.Basic.Ack(1), c.Basic.Ack(1)])),
             _session(server, q, [_consume(q, "first", exclusive=True)]),
         ]
 
