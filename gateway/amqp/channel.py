@@ -25,13 +25,19 @@ import enum
 import struct
 from typing import NamedTuple
 
+from gateway.amqp import publish_cut, twins
 from gateway.amqp.errors import (
     FrameError,
     PreconditionFailed,
+    PropertiesUndecodable,
     UnexpectedFrame,
     erlang_binary,
 )
 from gateway.amqp.events import Publish
+
+# The property check in use (its compiled twin when built); the fast path's cut_publish
+# makes the same check, so a publish is checked once whichever way it arrives.
+properties_well_formed = twins.pick(publish_cut.properties_well_formed)
 
 BASIC_CLASS_ID = 60
 PUBLISH_IDS = (60, 40)
@@ -225,6 +231,8 @@ class Channel:
     def _finish(self, body: bytes | bytearray) -> Publish:
         head = self._head
         assert head is not None  # guaranteed by the CONTENT table
+        if not properties_well_formed(self._properties):
+            raise PropertiesUndecodable  # RabbitMQ decodes them once the body is complete
         publish = Publish(
             self.number,
             head.exchange,

@@ -171,6 +171,16 @@ class InternalError(_CodedError):
     code = 541
 
 
+class PropertiesUndecodable(AMQPError):
+    """A publish whose content-header properties RabbitMQ 3.10 cannot decode: its channel
+    process crashes in the decoder, and the reader closes the connection with the bare text
+    of a non-AMQP exit, "INTERNAL_ERROR", naming no method (rabbit_binary_generator:
+    map_exception). Nothing is stored or delivered."""
+
+    def __init__(self) -> None:
+        super().__init__(541, "INTERNAL_ERROR")
+
+
 _BY_CODE: dict[int, type[_CodedError]] = {
     cls.code: cls
     for cls in (

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import base, commands, header
 
+from gateway.amqp import property_bytes
 from gateway.amqp.errors import AMQPSyntaxError, erlang_binary
+from gateway.amqp.publish_cut import properties_well_formed
 
 if TYPE_CHECKING:
     from gateway.amqp.errors import AMQPError
@@ -32,7 +34,14 @@ def decode_properties(properties_bytes: bytes) -> commands.Basic.Properties:
     """
     content_header = header.ContentHeader()
     try:
-        content_header.unmarshal(_NO_CONTENT_HEAD + properties_bytes)
+        try:
+            content_header.unmarshal(_NO_CONTENT_HEAD + properties_bytes)
+        except (ValueError, struct.error):
+            if not properties_well_formed(properties_bytes):
+                raise
+            # What RabbitMQ decodes but pamqp does not (a shortstr that is not UTF-8, the
+            # flag-continuation bit) is read from a copy pamqp takes; the bytes stay as sent.
+            content_header.unmarshal(_NO_CONTENT_HEAD + property_bytes.readable(properties_bytes))
     except Exception as err:  # pamqp raises struct/Value/Overflow/Recursion errors
         detail = f"cannot decode content properties {erlang_binary(properties_bytes[:64], False)}"
         raise AMQPSyntaxError(detail, 60, 40) from err

@@ -13,6 +13,8 @@ import struct
 from collections.abc import Iterable
 from typing import Any
 
+from gateway.amqp.errors import truncate_shortstr
+
 # Property flag bits, in wire order (AMQP 0-9-1 basic class).
 CONTENT_TYPE = 0x8000
 CONTENT_ENCODING = 0x4000
@@ -193,3 +195,44 @@ def set_header(properties: bytes | memoryview, key: str, tag: str, raw: bytes | 
     if headers or table is not None:
         fields[HEADERS] = join_table(headers)
     return join_properties(fields)
+
+
+# -- a strict decoder's copy -----------------------------------------------------------------
+
+
+def readable(properties: bytes) -> bytes:
+    """Property bytes RabbitMQ decodes (publish_cut.properties_well_formed) rewritten for a
+    strict decoder (pamqp): every shortstr, a property or a table key, made UTF-8 (bad bytes
+    replaced, cut to 255 bytes) and the two low flag bits cleared. RabbitMQ stores and
+    delivers such bytes verbatim, and so does the gateway: only its reading uses this copy."""
+    flags = _U16.unpack_from(properties)[0] & 0xFFFC
+    fields = split_properties(_U16.pack(flags) + properties[2:])
+    for bit, kind in _ORDER:
+        raw = fields.get(bit)
+        if raw is not None and kind == "s":
+            fields[bit] = _readable_shortstr(raw[1:].decode("utf-8", "replace"))
+        elif raw is not None and kind == "F":
+            fields[bit] = _readable_table(raw)
+    return join_properties(fields)
+
+
+def _readable_shortstr(text: str) -> bytes:
+    data = truncate_shortstr(text).encode()
+    return bytes((len(data),)) + data
+
+
+def _readable_table(raw: bytes) -> bytes:
+    body = b"".join(
+        _readable_shortstr(key) + tag.encode() + _readable_value(tag, value)
+        for key, tag, value in split_table(raw)  # keys decoded with replacement
+    )
+    return _U32.pack(len(body)) + body
+
+
+def _readable_value(tag: str, value: bytes) -> bytes:
+    if tag == "F":
+        return _readable_table(value)
+    if tag == "A":
+        items = b"".join(t.encode() + _readable_value(t, v) for t, v in split_array(value))
+        return _U32.pack(len(items)) + items
+    return value

@@ -5,6 +5,12 @@ The hot inbound path, kept apart from frame_reader so that it has a compiled twi
 when it is built (``MQGW_PURE_PYTHON=1`` forces this module). This module is the reference:
 both give the same results, which tests/amqp/test_twins.py checks on random input.
 
+``properties_well_formed`` checks a content header's property bytes as RabbitMQ 3.10's decoder
+reads them (rabbit_framing_amqp_0_9_1:decode_properties, rabbit_binary_parser:parse_table) in
+one bounds-checked pass: what it refuses, RabbitMQ's channel crashes on (the connection closes
+with INTERNAL_ERROR) and stores nothing. It is no UTF-8 check: RabbitMQ passes a shortstr,
+a table key or a longstr of any bytes through, and the two low flag bits are ignored.
+
 Self-contained (stdlib only): the compiled twin imports ``PublishFrames`` from here.
 """
 
@@ -45,10 +51,11 @@ def cut_publish(
 ) -> tuple[int, PublishFrames] | None:
     """The publish starting at ``buf[pos]`` and the position after it, or None.
 
-    None unless all three frames are complete, well-shaped and on one channel that
-    ``accept``s them (asked last, once everything else holds): an oversized or malformed
-    frame, a bad frame-end, a content header of another class or weight, several body
-    frames are left for the frame-by-frame path, which reports them. The three frame heads
+    None unless all three frames are complete, well-shaped, with well-formed properties and
+    on one channel that ``accept``s them (asked last, once everything else holds): an
+    oversized or malformed frame, a bad frame-end, a content header of another class or
+    weight or with undecodable properties, several body frames are left for the
+    frame-by-frame path, which reports them. The three frame heads
     are read with one struct call each: this runs once per message."""
     size = len(buf)
     if pos + 11 > size:
@@ -86,19 +93,107 @@ def cut_publish(
     kind, number, frame_size = _FRAME_HEAD.unpack_from(buf, body_at)
     body_start = body_at + FRAME_HEADER_SIZE
     body_end = body_start + body_size
-    if (
-        kind != FRAME_BODY
-        or number != channel
-        or frame_size != body_size
-        or buf[body_end] != FRAME_END
-        or not accept(channel)
-    ):
+    if kind != FRAME_BODY or number != channel or frame_size != body_size:
+        return None
+    properties = bytes(buf[head_at + FRAME_HEADER_SIZE + _CONTENT_HEADER_FIXED : head_end])
+    if buf[body_end] != FRAME_END or not properties_well_formed(properties) or not accept(channel):
         return None
     fields = (
         channel,
         bytes(buf[method_start:method_end]),
-        bytes(buf[head_at + FRAME_HEADER_SIZE + _CONTENT_HEADER_FIXED : head_end]),
+        properties,
         bytes(buf[body_start:body_end]),
     )
     frames: PublishFrames = _make_tuple(PublishFrames, fields)  # no Python-level __new__
     return body_end + 1, frames
+
+
+# Property flag bits in wire order and the size class of each property: 0 a shortstr, -1 a
+# field table, else a fixed size (octet, timestamp). The two low bits are not properties.
+_PROPERTY_KINDS = (
+    (0x8000, 0), (0x4000, 0), (0x2000, -1), (0x1000, 1), (0x0800, 1), (0x0400, 0),
+    (0x0200, 0), (0x0100, 0), (0x0080, 0), (0x0040, 8), (0x0020, 0), (0x0010, 0),
+    (0x0008, 0), (0x0004, 0),
+)  # fmt: skip
+_PROPERTY_BITS = 0xFFFC
+# Field-value tags RabbitMQ knows with a fixed size; S x F A carry a u32 length.
+_FIXED_VALUE = {ord(tag): size for tag, size in (
+    ("t", 1), ("b", 1), ("B", 1), ("s", 2), ("u", 2), ("I", 4), ("i", 4), ("f", 4),
+    ("l", 8), ("L", 8), ("d", 8), ("T", 8), ("D", 5), ("V", 0),
+)}  # fmt: skip
+_LONG_VALUE = frozenset(b"SxFA")
+_FLOATS = frozenset(b"fd")
+_NESTED = frozenset(b"FA")
+_TAG_FLOAT, _TAG_TABLE = ord("f"), ord("F")
+
+
+def properties_well_formed(data: bytes) -> bool:
+    """Whether RabbitMQ 3.10 decodes these property bytes (flags + values): every present
+    property within the bytes and nothing after the last, every field table well-formed."""
+    size = len(data)
+    if size < 2:
+        return False
+    flags = (data[0] << 8 | data[1]) & _PROPERTY_BITS
+    pos = 2
+    for bit, kind in _PROPERTY_KINDS:
+        if not flags:
+            break
+        if not flags & bit:
+            continue
+        flags ^= bit
+        if pos >= size:
+            return False
+        if kind == 0:
+            pos += 1 + data[pos]
+        elif kind > 0:
+            pos += kind
+        else:
+            end = pos + 4 + int.from_bytes(data[pos : pos + 4], "big")
+            if end > size or not _table_well_formed(data, pos + 4, end):
+                return False
+            pos = end
+    return pos == size
+
+
+def _table_well_formed(data: bytes, pos: int, end: int) -> bool:
+    """The entries of the table ``data[pos:end]``, nested tables and arrays included, walked
+    with a stack of their ends (RabbitMQ takes any depth: no recursion limit here)."""
+    stack = [(end, True)]  # (where a table or array ends, whether it is a table)
+    while stack:
+        end, is_table = stack[-1]
+        if pos == end:
+            stack.pop()
+            continue
+        if is_table:
+            pos += 1 + data[pos]  # the key: any bytes
+            if pos >= end:
+                return False
+        tag = data[pos]
+        pos += 1
+        fixed = _FIXED_VALUE.get(tag)
+        if fixed is not None:
+            if pos + fixed > end or (tag in _FLOATS and not _finite(data, pos, tag)):
+                return False
+            pos += fixed
+        elif tag in _LONG_VALUE:
+            if pos + 4 > end:
+                return False
+            value_end = pos + 4 + int.from_bytes(data[pos : pos + 4], "big")
+            if value_end > end:
+                return False
+            if tag in _NESTED:
+                stack.append((value_end, tag == _TAG_TABLE))
+                pos += 4
+            else:
+                pos = value_end
+        else:
+            return False  # a tag RabbitMQ does not know
+    return True
+
+
+def _finite(data: bytes, pos: int, tag: int) -> bool:
+    """Erlang's float match fails on an infinity or a NaN (all exponent bits set)."""
+    if data[pos] & 0x7F != 0x7F:
+        return True
+    second = data[pos + 1]
+    return not (second & 0x80 if tag == _TAG_FLOAT else second & 0xF0 == 0xF0)

@@ -5,6 +5,8 @@
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint8_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 cdef object _new_tuple = tuple.__new__
 # The pure twin and its result type, imported at first use: importing it runs
@@ -87,11 +89,13 @@ def cut_publish(buf, pos, frame_max, accept):
     cdef Py_ssize_t body_start = body_at + FRAME_HEADER_SIZE
     cdef Py_ssize_t body_end = body_start + <Py_ssize_t>body_size
     head = data + body_at
+    cdef Py_ssize_t properties_at = head_at + FRAME_HEADER_SIZE + CONTENT_HEADER_FIXED
     if (
         head[0] != FRAME_BODY
         or <long long>big_endian(head + 1, 2) != channel
         or big_endian(head + 3, 4) != body_size
         or data[body_end] != FRAME_END
+        or not _properties_ok(data + properties_at, head_end - properties_at)
         or not accept(channel)
     ):
         return None
@@ -107,7 +111,6 @@ def cut_publish(buf, pos, frame_max, accept):
         )
     data = <const uint8_t*>PyByteArray_AS_STRING(buf)  # accept() ran Python code: reload
     cdef const char* chars = <const char*>data
-    cdef Py_ssize_t properties_at = head_at + FRAME_HEADER_SIZE + CONTENT_HEADER_FIXED
     frames = _new_tuple(
         PublishFrames,
         (
@@ -118,3 +121,154 @@ def cut_publish(buf, pos, frame_max, accept):
         ),
     )
     return body_end + 1, frames
+
+
+def properties_well_formed(data):
+    """See gateway.amqp.publish_cut.properties_well_formed."""
+    if type(data) is not bytes:
+        if _pure is None:
+            _import_pure()
+        return _pure.properties_well_formed(data)
+    cdef const uint8_t* at = <const uint8_t*><const char*>data
+    return _properties_ok(at, len(<bytes>data))
+
+
+# Property flag bits from 0x8000 down to 0x0004: 0 a shortstr, -1 a field table, else a fixed
+# size (octet, timestamp).
+cdef int[14] _PROPERTY_KINDS = [0, 0, -1, 1, 1, 0, 0, 0, 0, 8, 0, 0, 0, 0]
+
+
+cdef inline int _fixed_value_size(uint8_t tag) noexcept:
+    """The size of a fixed-size field value of this tag; -1 for S x F A, -2 if unknown."""
+    if tag == b"t" or tag == b"b" or tag == b"B":
+        return 1
+    if tag == b"s" or tag == b"u":
+        return 2
+    if tag == b"I" or tag == b"i" or tag == b"f":
+        return 4
+    if tag == b"l" or tag == b"L" or tag == b"d" or tag == b"T":
+        return 8
+    if tag == b"D":
+        return 5
+    if tag == b"V":
+        return 0
+    if tag == b"S" or tag == b"x" or tag == b"F" or tag == b"A":
+        return -1
+    return -2
+
+
+cdef bint _properties_ok(const uint8_t* data, Py_ssize_t size) noexcept:
+    if size < 2:
+        return False
+    cdef unsigned int flags = ((<unsigned int>data[0] << 8) | data[1]) & 0xFFFC
+    cdef Py_ssize_t pos = 2
+    cdef Py_ssize_t end
+    cdef int index, kind
+    for index in range(14):
+        if not flags & (0x8000 >> index):
+            continue
+        if pos >= size:
+            return False
+        kind = _PROPERTY_KINDS[index]
+        if kind == 0:
+            pos += 1 + data[pos]
+        elif kind > 0:
+            pos += kind
+        else:
+            if pos + 4 > size:
+                return False
+            end = pos + 4 + <Py_ssize_t>big_endian(data + pos, 4)
+            if end > size or not _table_ok(data, pos + 4, end):
+                return False
+            pos = end
+    return pos == size
+
+
+cdef bint _table_ok(const uint8_t* data, Py_ssize_t pos, Py_ssize_t end) noexcept:
+    """The pure twin's walk with its stack of ends. Each nested table or array takes at least
+    5 bytes, so a stack sized for depth*5 <= the bytes suffices; it grows in chunks of 64."""
+    cdef Py_ssize_t local_ends[64]
+    cdef bint local_tables[64]
+    cdef Py_ssize_t* ends = local_ends
+    cdef bint* tables = local_tables
+    cdef Py_ssize_t capacity = 64, depth = 1
+    cdef Py_ssize_t value_end
+    cdef int fixed
+    cdef uint8_t tag
+    cdef bint ok = True
+    ends[0] = end
+    tables[0] = True
+    while depth:
+        if pos == ends[depth - 1]:
+            depth -= 1
+            continue
+        end = ends[depth - 1]
+        if tables[depth - 1]:
+            pos += 1 + data[pos]  # the key: any bytes
+            if pos >= end:
+                ok = False
+                break
+        tag = data[pos]
+        pos += 1
+        fixed = _fixed_value_size(tag)
+        if fixed >= 0:
+            if pos + fixed > end or (
+                (tag == b"f" or tag == b"d") and not _finite(data + pos, tag)
+            ):
+                ok = False
+                break
+            pos += fixed
+        elif fixed == -1:
+            if pos + 4 > end:
+                ok = False
+                break
+            value_end = pos + 4 + <Py_ssize_t>big_endian(data + pos, 4)
+            if value_end > end:
+                ok = False
+                break
+            if tag == b"F" or tag == b"A":
+                if depth == capacity:
+                    if not _grow(&ends, &tables, capacity, ends == local_ends):
+                        ok = False  # out of memory: refuse rather than crash
+                        break
+                    capacity *= 2
+                ends[depth] = value_end
+                tables[depth] = tag == b"F"
+                depth += 1
+                pos += 4
+            else:
+                pos = value_end
+        else:
+            ok = False  # a tag RabbitMQ does not know
+            break
+    if ends != local_ends:
+        free(ends)
+        free(tables)
+    return ok
+
+
+cdef bint _grow(Py_ssize_t** ends, bint** tables, Py_ssize_t capacity, bint on_stack) noexcept:
+    """Double the walk's stack, moving it to the heap the first time."""
+    cdef Py_ssize_t* new_ends = <Py_ssize_t*>malloc(2 * capacity * sizeof(Py_ssize_t))
+    cdef bint* new_tables = <bint*>malloc(2 * capacity * sizeof(bint))
+    if new_ends == NULL or new_tables == NULL:
+        free(new_ends)
+        free(new_tables)
+        return False
+    memcpy(new_ends, ends[0], capacity * sizeof(Py_ssize_t))
+    memcpy(new_tables, tables[0], capacity * sizeof(bint))
+    if not on_stack:
+        free(ends[0])
+        free(tables[0])
+    ends[0] = new_ends
+    tables[0] = new_tables
+    return True
+
+
+cdef inline bint _finite(const uint8_t* at, uint8_t tag) noexcept:
+    """Erlang's float match fails on an infinity or a NaN (all exponent bits set)."""
+    if at[0] & 0x7F != 0x7F:
+        return True
+    if tag == b"f":
+        return not (at[1] & 0x80)
+    return (at[1] & 0xF0) != 0xF0
