@@ -101,6 +101,11 @@ def route_publish(
         if headers and "BCC" in headers:
             properties.headers = strip_bcc(dict(headers))
             properties_bytes = frame_writer.encode_properties(properties)
+    if flags & DELIVERY_MODE_FLAG and delivery_mode not in (1, 2):
+        # RabbitMQ's message validation (rabbit_channel): 1 and 2 only, when present.
+        raise PreconditionFailed(
+            f"invalid message: {{delivery_mode_unknown,{delivery_mode}}}", 60, 40
+        )
     delayed = headers is not None and delay_of(headers) is not None
     if delayed and exchange.type == DELAYED_MESSAGE_EXCHANGE_TYPE:
         assert headers is not None

@@ -195,3 +195,11 @@ def test_undecodable_properties_in_context(servers: list[Server], names: str, se
         return
     assert rabbit == [("connection", 541, "INTERNAL_ERROR", 0, 0)]
     assert gateway == rabbit
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3, 255], ids=str)
+def test_delivery_modes_as_rabbitmq(servers: list[Server], names: str, mode: int) -> None:
+    """Well-formed bytes, a value RabbitMQ's message validation knows or not."""
+    properties = struct.pack(">HB", 0x1000, mode)
+    rabbit, gateway = run_both(servers, _publish_then_get(properties, b"body"), names)
+    assert gateway == rabbit
