@@ -747,7 +747,10 @@ class QueueRuntime:
             behind[partition] += 1
         for _, partition, _ in self.requeued:
             behind[partition] += 1
-        takers = sum(1 for consumer in self.consumers if consumer.has_credit())
+        # As congested() asks: a consumer this queue's choice would deliver to has credit.
+        takers = (
+            sum(1 for c in self.consumers if c.has_credit()) if self.choice.any_can_take() else 0
+        )
         return [DeliveryProgress(at, behind[p], takers) for p, at in enumerate(self.cursors)]
 
     def lose_lease(self, partition: int, error: StaleFence) -> None:

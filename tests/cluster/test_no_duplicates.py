@@ -71,7 +71,7 @@ def test_messages_published_before_the_lease_are_delivered(cluster: Cluster) -> 
         for thread in publishers:
             thread.start()
         seen: set[int] = set()
-        for _, _, body in channel.consume(queue, auto_ack=True, inactivity_timeout=5):
+        for _, _, body in channel.consume(queue, auto_ack=True, inactivity_timeout=15):
             if body is None:
                 break
             seen.add(int(body.split(b".", 1)[0]))
