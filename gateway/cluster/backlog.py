@@ -35,8 +35,8 @@ import anyio
 from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
 from storage import StorePort
 
-REPORT_EVERY_S = 0.1
-MOVED_EVERY = 3  # ticks: positions that moved are reported every 0.3 s
+REPORT_EVERY_S = 0.05
+MOVED_EVERY = 6  # ticks: positions that moved are reported every 0.3 s
 REPORT_MAX_QUEUES = 256  # per tick, in turn: 10,000 backlogged queues cost no flood of calls
 SAMPLE_TTL_S = 0.02
 MOVING_WINDOW_S = 0.5
@@ -44,20 +44,29 @@ MOVING_WINDOW_S = 0.5
 
 async def report_progress(queues: Callable[[], Iterable[QueueRuntime]]) -> None:
     """The delivering side: refresh the progress report of each queue this gateway delivers
-    while it is behind (what the others' publishers are held by)."""
+    while it is behind (what the others' publishers are held by), once more as it catches up
+    (else its last report, still behind, would hold them until it goes stale), and now and
+    then for the others whose position moved (fresh counts on other gateways)."""
     reported: dict[int, list[int]] = {}  # queue id -> its cursors at its last report
+    behind: set[int] = set()  # queues behind at the last tick
     tick = turn = 0
     while True:
         await anyio.sleep(REPORT_EVERY_S)
         tick += 1
         due = []
+        now_behind = set()
         for queue in queues():
             if queue.leases is None or not any(queue.leases) or queue.deleted:
                 continue
-            if queue.ready_count > FLOW_LOW or (
-                tick % MOVED_EVERY == 0 and reported.get(queue.queue_id) != queue.cursors
+            queue_id = queue.queue_id
+            if queue.ready_count > FLOW_LOW:
+                now_behind.add(queue_id)
+                due.append(queue)
+            elif queue_id in behind or (
+                tick % MOVED_EVERY == 0 and reported.get(queue_id) != queue.cursors
             ):
                 due.append(queue)
+        behind = now_behind
         if not due:
             continue
         start = turn % len(due)
