@@ -353,24 +353,15 @@ async def open_group_store(
             tg.cancel_scope.cancel()
 
 
-async def replicated_groups(url: str) -> list[str]:
-    """Every broker group run by a controller (its brokers heartbeat through Redis at
-    ``url``), by name; groups without replication only register, and are not listed."""
-    client: Redis = Redis.from_url(url, decode_responses=True, protocol=2)
+async def replicated_groups(client: Redis) -> list[str]:
+    """Every broker group run by a controller (its brokers heartbeat through the Redis of
+    ``client``), by name; groups without replication only register, and are not listed."""
     keys = ControllerKeys()
-    try:
-        found = []
-        for group in sorted(str(g) for g in await client.smembers(keys.groups)):
-            if await client.scard(keys.members(group)):  # brokers heartbeat there
-                found.append(group)
-        return found
-    finally:
-        await client.aclose()
-
-
-async def replicated_group(url: str) -> str | None:
-    """The first of ``replicated_groups``, or None."""
-    return next(iter(await replicated_groups(url)), None)
+    found = []
+    for group in sorted(str(g) for g in await client.smembers(keys.groups)):
+        if await client.scard(keys.members(group)):  # brokers heartbeat there
+            found.append(group)
+    return found
 
 
 @asynccontextmanager

@@ -30,12 +30,11 @@ from anyio.abc import TaskGroup
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from controller.keys import ControllerKeys
 from gateway.cluster.placement import QueuePlacement
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
 from storage import connect_remote_store
-from storage.group_store import connect_group_store
+from storage.group_store import connect_group_store, replicated_groups
 from storage.port import StorePort
 from storage.routed_store import RoutedStore
 
@@ -62,11 +61,7 @@ async def look_up_groups(
     """One look at the registry: every live group (a replicated one, whose brokers heartbeat
     for the controller, maps to None; the others to the address of their first live broker,
     by id), and the unreplicated groups registered with no live broker."""
-    keys = ControllerKeys()
-    found: dict[str, str | None] = {}
-    for group in sorted(str(g) for g in await client.smembers(keys.groups)):
-        if await client.scard(keys.members(group)):
-            found[group] = None
+    found: dict[str, str | None] = dict.fromkeys(await replicated_groups(client))
     registered: set[str] = set()
     for broker in sorted(await meta.list_brokers(), key=lambda b: (b.group, b.broker_id)):
         registered.add(broker.group)
