@@ -644,13 +644,9 @@ class LogStore:
         for p in range(info.partitions):
             low, high = self.partition_range(queue_id, p)
             committed = self.committed_offset(group, queue_id, p)
-            report = reports.get((group, queue_id, p))
-            parts.append(
-                PartitionStats(p, low, high, committed, info.dropped[p], *report)
-                if report is not None
-                else PartitionStats(p, low, high, committed, info.dropped[p])
-            )
-        return QueueStats(queue_id, parts, sum(s.ready for s in parts), sum(info.dropped))
+            report = reports.get((group, queue_id, p), ())  # none: the fields' defaults
+            parts.append(PartitionStats(p, low, high, committed, info.dropped[p], *report))
+        return QueueStats.of(queue_id, parts)
 
     def ready_count(self, queue_id: int, group: str = QUEUE_GROUP) -> int:
         return self.queue_stats(queue_id, group).ready

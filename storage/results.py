@@ -82,8 +82,13 @@ class PartitionStats(NamedTuple):
 class QueueStats(NamedTuple):
     queue_id: int
     partitions: list[PartitionStats]
-    ready: int  # messages after the committed offset, summed over partitions
+    ready: int  # PartitionStats.ready, summed over partitions
     dropped_by_retention: int
+
+    @classmethod
+    def of(cls, queue_id: int, partitions: list[PartitionStats]) -> QueueStats:
+        ready = sum(p.ready for p in partitions)
+        return cls(queue_id, partitions, ready, sum(p.dropped_by_retention for p in partitions))
 
 
 class RetentionReport(NamedTuple):

@@ -290,8 +290,7 @@ class RoutedStore:
         for p in range(len(any_answer.partitions)):
             owner = answers.get(self.group_of(queue_id, p), any_answer)
             parts.append(owner.partitions[p])
-        ready = sum(s.ready for s in parts)
-        return QueueStats(queue_id, parts, ready, sum(s.dropped_by_retention for s in parts))
+        return QueueStats.of(queue_id, parts)
 
     async def restart_marks(self, queue_id: int) -> dict[int, int]:
         return self._own_marks(
