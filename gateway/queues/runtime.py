@@ -727,12 +727,11 @@ class QueueRuntime:
         progress = self.delivery_progress()
         for partition, offset in enumerate(self.committed_offsets()):
             fence = self.fences[partition]
-            held = progress is not None and fence != 0
+            report = progress[partition] if progress is not None and fence else None  # held
             try:
                 await self.store.commit_offset(
-                    QUEUE_GROUP, self.queue_id, partition, offset, fence,
-                    progress[partition] if held and progress is not None else None,
-                )  # fmt: skip
+                    QUEUE_GROUP, self.queue_id, partition, offset, fence, report
+                )
             except StaleFence as error:
                 self.lose_lease(partition, error)
 
