@@ -40,6 +40,10 @@ MOVED_EVERY = 6  # ticks: positions that moved are reported every 0.3 s
 REPORT_MAX_QUEUES = 256  # per tick, in turn: 10,000 backlogged queues cost no flood of calls
 SAMPLE_TTL_S = 0.02
 MOVING_WINDOW_S = 0.5
+# Samples kept at most for this many queues before those unread for SAMPLE_KEEP_S go (a
+# gateway publishing to many short-lived queues, replies say, must not keep them all).
+SAMPLES_KEPT = 1024
+SAMPLE_KEEP_S = 10.0
 
 
 async def report_progress(queues: Callable[[], Iterable[QueueRuntime]]) -> None:
@@ -146,7 +150,7 @@ class RemoteBacklog:
             moved_at,
         )
         self._samples[queue_id] = sample
+        if len(self._samples) > SAMPLES_KEPT:
+            kept_from = now - SAMPLE_KEEP_S
+            self._samples = {q: s for q, s in self._samples.items() if s.at >= kept_from}
         return sample
-
-    def forget(self, queue_id: int) -> None:
-        self._samples.pop(queue_id, None)

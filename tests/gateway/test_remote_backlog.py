@@ -9,7 +9,13 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from gateway.cluster.backlog import MOVING_WINDOW_S, SAMPLE_TTL_S, RemoteBacklog
+from gateway.cluster.backlog import (
+    MOVING_WINDOW_S,
+    SAMPLE_KEEP_S,
+    SAMPLE_TTL_S,
+    SAMPLES_KEPT,
+    RemoteBacklog,
+)
 from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
 from storage import PartitionStats, QueueStats
 
@@ -120,3 +126,14 @@ async def test_hold_waits_until_the_backlog_is_low_and_never_past_its_bound() ->
     before = anyio.current_time()
     assert await remote.hold(QUEUE, max_wait_s=0.2)
     assert 0.2 <= anyio.current_time() - before < 2
+
+
+async def test_samples_of_queues_no_longer_published_to_are_let_go() -> None:
+    remote, store, clock = backlog()
+    store.report = (5, 1, 10)
+    for queue_id in range(SAMPLES_KEPT):
+        await remote.sample(cast(QueueRuntime, SimpleNamespace(queue_id=queue_id)))
+    clock.now += SAMPLE_KEEP_S + 1
+    newest = cast(QueueRuntime, SimpleNamespace(queue_id=SAMPLES_KEPT))
+    await remote.sample(newest)  # one more than kept: the ones unread for long go
+    assert list(remote._samples) == [SAMPLES_KEPT]
