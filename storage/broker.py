@@ -258,10 +258,11 @@ class BrokerConnection:
 
     async def _append(self, request: Append) -> AppendResult:
         records, refused = request.records, None
-        if self.replicated is not None and self.replicated.known_batch(request.batch_id):
+        known = self.replicated.known_batch(request.batch_id) if self.replicated else None
+        if known is not None:
             # A re-send of a stored batch: answered as the first time. Counting the limits
             # again would count the batch against itself and could nack what was stored.
-            return await self.replicated.append(records, False, request.batch_id)
+            return known
         if request.limits or request.byte_limits:
             kept, refused = await refuse_over_limits(
                 self.store, records, request.limits, request.byte_limits, self.ready_bytes
