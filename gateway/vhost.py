@@ -12,6 +12,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+import anyio
+
 from gateway.amqp.errors import AMQPError, NotFound, error_for_code
 from gateway.amqp.events import decode_properties
 from gateway.amqp.property_bytes import PropertyError
@@ -75,6 +77,7 @@ class VirtualHost:
         self.router = Router(name)
         self.queues: dict[str, QueueRuntime] = {}
         self.queues_by_id: dict[int, QueueRuntime] = {}
+        self._attaching: dict[str, anyio.Event] = {}  # queue name -> set once attached
         self.on_queue_deleted: Callable[[QueueRuntime], None] = lambda _q: None
         self.on_queue_attached: Callable[[QueueRuntime], None] = lambda _q: None
         self.policies: list[Policy] = []
@@ -347,11 +350,7 @@ class VirtualHost:
         declared = await meta_call(
             self.meta.declare_queue(definition, passive, connection_id), 50, 10
         )
-        runtime = self.queues.get(declared.name)
-        if runtime is None:
-            runtime = await self._attach_queue(declared)
-            self.router.add_queue(declared.name)
-        return runtime
+        return await self._attach_once(declared)
 
     def queue(self, name: str, class_id: int, method_id: int) -> QueueRuntime:
         runtime = self.queues.get(name)
@@ -392,13 +391,30 @@ class VirtualHost:
 
     async def adopt_queue(self, definition: QueueDef) -> None:
         """A queue declared elsewhere (or again, with a new id, after a delete we missed)."""
-        runtime = self.queues.get(definition.name)
+        await self._attach_once(definition)
+
+    async def _attach_once(self, definition: QueueDef) -> QueueRuntime:
+        """The queue's runtime, attached unless it is already. One attachment per name at a
+        time: the change feed brings a gateway's own declaration back, often while that
+        declaration is still attaching (awaiting the broker); a second runtime would replace
+        the first and leave the consumers on it unserved. A runtime of an older queue of the
+        name (a delete we missed) is dropped for the new one."""
+        name = definition.name
+        while (pending := self._attaching.get(name)) is not None:
+            await pending.wait()
+        runtime = self.queues.get(name)
         if runtime is not None and runtime.queue_id == definition.queue_id:
-            return
-        if runtime is not None:
-            await self.forget(Deletions(queues=(runtime.definition,)))
-        await self._attach_queue(definition)
-        self.router.add_queue(definition.name)
+            return runtime
+        self._attaching[name] = attached = anyio.Event()
+        try:
+            if runtime is not None:
+                await self.forget(Deletions(queues=(runtime.definition,)))
+            runtime = await self._attach_queue(definition)
+            self.router.add_queue(name)
+        finally:
+            del self._attaching[name]
+            attached.set()
+        return runtime
 
     async def rebuild_router(self) -> None:
         exchanges = await self.meta.list_exchanges(self.name)

@@ -43,5 +43,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     finally:
         for gateway in made.gateways:
             gateway.kill()
+            # Captured output, shown by pytest only when the test failed.
+            print(f"--- gateway {gateway.data_dir.name} log tail ---\n{gateway.log()[-6000:]}")
         broker.kill()
         redis.stop()

@@ -1,0 +1,89 @@
+"""A queue gets one runtime however its declaration reaches the gateway. In a cluster the
+change feed brings a gateway's own queue.declare back, often while that declaration is still
+attaching (awaiting the broker); a second runtime used to replace the first, and the consumer
+registered on the first was never served (tests/cluster/test_no_duplicates.py saw it as a
+warm-up message never delivered, about one run in five)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from gateway.queues.runtime import QueueRuntime
+from gateway.queues.scheduler import PushScheduler
+from gateway.vhost import VirtualHost
+from meta.local_store import LocalMetadataStore
+from meta.models import QueueDef
+from storage import FlushPolicy, StoreConfig, open_embedded_store
+
+
+class _SlowCreate:
+    """A store whose create_queue waits until let go (a broker round trip in a cluster)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.let_go = anyio.Event()
+        self.creates = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def create_queue(self, queue_id: int, partitions: int) -> None:
+        self.creates += 1
+        await self.let_go.wait()
+        await self._store.create_queue(queue_id, partitions)
+
+
+def test_a_declaration_heard_back_while_attaching_keeps_one_runtime(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as embedded:
+            store = _SlowCreate(embedded)
+            meta = LocalMetadataStore(tmp_path / "meta")
+            vhost = VirtualHost("/", meta, store, PushScheduler(), partitions=1)
+            await vhost.load()
+            got: dict[str, QueueRuntime] = {}
+
+            async def declare() -> None:
+                got["declared"] = await vhost.declare_queue(
+                    QueueDef(vhost="/", name="work"), False, "c"
+                )
+
+            async def feed_echo() -> None:
+                (definition,) = await meta.list_queues("/")
+                await vhost.adopt_queue(definition)
+                got["adopted"] = vhost.queues["work"]
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(declare)
+                while store.creates == 0:
+                    await anyio.lowlevel.checkpoint()
+                tg.start_soon(feed_echo)
+                for _ in range(20):  # let the echo run as far as it can before the broker answers
+                    await anyio.lowlevel.checkpoint()
+                store.let_go.set()
+            assert store.creates == 1
+            assert got["declared"] is got["adopted"] is vhost.queues["work"]
+            assert vhost.queues_by_id == {got["declared"].queue_id: got["declared"]}
+
+    anyio.run(scenario)
+
+
+def test_a_runtime_of_an_older_queue_of_the_name_is_replaced(tmp_path: Path) -> None:
+    """A delete this gateway missed: the new declaration (a new id) gets a new runtime."""
+
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as store:
+            meta = LocalMetadataStore(tmp_path / "meta")
+            vhost = VirtualHost("/", meta, store, PushScheduler(), partitions=1)
+            await vhost.load()
+            old = await vhost.declare_queue(QueueDef(vhost="/", name="work"), False, "c")
+            await meta.delete_queue("/", "work", "c")  # elsewhere: this runtime never hears it
+            new = await vhost.declare_queue(QueueDef(vhost="/", name="work"), False, "c")
+            assert new is not old and new.queue_id != old.queue_id
+            assert old.deleted and vhost.queues_by_id == {new.queue_id: new}
+
+    anyio.run(scenario)
