@@ -65,6 +65,7 @@ class Node:
         self.scheduler = PushScheduler(settings.push_tasks, settings.push_quota)
         self.scheduler.redirect = self.broadcasts.wake_instead
         self.vhosts: dict[str, VirtualHost] = {}
+        self._opening: dict[str, anyio.Event] = {}  # vhost name -> set once open
         self.sessions: set[Session] = set()
         self.open_connections = 0
         self.stats = NodeStats()  # message counters and rates (management API, /metrics)
@@ -161,6 +162,22 @@ class Node:
         await self.check_resources()
 
     async def open_vhost(self, name: str) -> VirtualHost:
+        """The vhost, opened unless it is already; once per name at a time (in a cluster the
+        change feed brings add_vhost's own change back while the vhost is still loading: a
+        second VirtualHost would replace the first, and what was declared on it)."""
+        while (pending := self._opening.get(name)) is not None:
+            await pending.wait()
+        known = self.vhosts.get(name)
+        if known is not None:
+            return known
+        self._opening[name] = opened = anyio.Event()
+        try:
+            return await self._open_vhost(name)
+        finally:
+            del self._opening[name]
+            opened.set()
+
+    async def _open_vhost(self, name: str) -> VirtualHost:
         vhost = VirtualHost(
             name, self.meta, self.store, self.scheduler, self.settings.queue_partitions
         )

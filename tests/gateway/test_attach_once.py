@@ -1,4 +1,5 @@
-"""A queue gets one runtime however its declaration reaches the gateway. In a cluster the
+"""A queue gets one runtime, and a vhost one VirtualHost, however their declaration reaches
+the gateway. In a cluster the
 change feed brings a gateway's own queue.declare back, often while that declaration is still
 attaching (awaiting the broker); a second runtime used to replace the first, and the consumer
 registered on the first was never served (tests/cluster/test_no_duplicates.py saw it as a
@@ -11,11 +12,13 @@ from typing import Any
 
 import anyio
 
+from gateway.node import Node
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
+from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
-from meta.models import QueueDef
+from meta.models import QueueDef, VHost
 from storage import FlushPolicy, StoreConfig, open_embedded_store
 
 
@@ -85,5 +88,43 @@ def test_a_runtime_of_an_older_queue_of_the_name_is_replaced(tmp_path: Path) -> 
             new = await vhost.declare_queue(QueueDef(vhost="/", name="work"), False, "c")
             assert new is not old and new.queue_id != old.queue_id
             assert old.deleted and vhost.queues_by_id == {new.queue_id: new}
+
+    anyio.run(scenario)
+
+
+class _SlowLoad:
+    """Metadata whose queue listing waits until let go (a Redis round trip in a cluster)."""
+
+    def __init__(self, meta: Any) -> None:
+        self._meta = meta
+        self.let_go = anyio.Event()
+        self.listings = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._meta, name)
+
+    async def list_queues(self, vhost: str) -> Any:
+        self.listings += 1
+        await self.let_go.wait()
+        return await self._meta.list_queues(vhost)
+
+
+def test_a_vhost_added_and_heard_back_while_opening_is_opened_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as store:
+            meta = _SlowLoad(LocalMetadataStore(tmp_path / "meta"))
+            node = Node(GatewaySettings(data_dir=tmp_path), store, meta)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(node.add_vhost, VHost(name="orders"))
+                while meta.listings == 0:
+                    await anyio.lowlevel.checkpoint()
+                tg.start_soon(node.open_vhost, "orders")  # the feed's vhost.added
+                for _ in range(20):
+                    await anyio.lowlevel.checkpoint()
+                meta.let_go.set()
+            opened = node.vhosts["orders"]
+            assert meta.listings == 1
+            assert await node.open_vhost("orders") is opened
 
     anyio.run(scenario)
