@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from gateway.observe.firehose import Firehose
 
 log = logging.getLogger("mqgw.vhost")
+GONE_KEPT = 4096  # deleted queue ids remembered: a late feed echo must not bring one back
 
 # tuple.__new__ skips a NamedTuple's Python-level __new__ (a frame per message saved).
 _make_tuple = tuple.__new__
@@ -78,6 +79,7 @@ class VirtualHost:
         self.queues: dict[str, QueueRuntime] = {}
         self.queues_by_id: dict[int, QueueRuntime] = {}
         self._attaching: dict[str, anyio.Event] = {}  # queue name -> set once attached
+        self._deleted_ids: dict[int, None] = {}  # the latest GONE_KEPT, oldest first
         self.on_queue_deleted: Callable[[QueueRuntime], None] = lambda _q: None
         self.on_queue_attached: Callable[[QueueRuntime], None] = lambda _q: None
         self.policies: list[Policy] = []
@@ -369,6 +371,9 @@ class VirtualHost:
         the store (the gateway that deleted them does; the others only drop runtimes)."""
         self.router.apply_deletions(deletions)
         for definition in deletions.queues:
+            self._deleted_ids[definition.queue_id] = None
+            if len(self._deleted_ids) > GONE_KEPT:
+                del self._deleted_ids[next(iter(self._deleted_ids))]
             runtime = self.queues.get(definition.name)
             if runtime is None or runtime.queue_id != definition.queue_id:
                 continue
@@ -390,8 +395,12 @@ class VirtualHost:
         await self.apply_deletions(deletions, delete_data=False)
 
     async def adopt_queue(self, definition: QueueDef) -> None:
-        """A queue declared elsewhere (or again, with a new id, after a delete we missed)."""
-        await self._attach_once(definition)
+        """A queue declared elsewhere (or again, with a new id, after a delete we missed).
+        Not one deleted here since: the feed brings a declaration back after the queue's
+        quick delete (a reply queue's), and attaching it again would create it on its broker
+        and place it anew, left there for good."""
+        if definition.queue_id not in self._deleted_ids:
+            await self._attach_once(definition)
 
     async def _attach_once(self, definition: QueueDef) -> QueueRuntime:
         """The queue's runtime, attached unless it is already. One attachment per name at a

@@ -128,3 +128,25 @@ def test_a_vhost_added_and_heard_back_while_opening_is_opened_once(tmp_path: Pat
             assert await node.open_vhost("orders") is opened
 
     anyio.run(scenario)
+
+
+def test_a_declaration_heard_back_after_the_queue_was_deleted_stays_deleted(
+    tmp_path: Path,
+) -> None:
+    """A reply queue declared and deleted at once: the feed's queue.declared arrives after
+    the delete, and must neither bring a runtime back nor create the queue in the store."""
+
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as store:
+            meta = LocalMetadataStore(tmp_path / "meta")
+            vhost = VirtualHost("/", meta, store, PushScheduler(), partitions=1)
+            await vhost.load()
+            queue = await vhost.declare_queue(QueueDef(vhost="/", name="reply"), False, "c")
+            definition = queue.definition
+            await vhost.delete_queue("reply", "c")
+            await vhost.adopt_queue(definition)  # the echo of the declaration, late
+            assert "reply" not in vhost.queues and vhost.queues_by_id == {}
+            assert definition.queue_id not in await store.queues()
+
+    anyio.run(scenario)
