@@ -63,7 +63,12 @@ async def apply_change(node: Node, change: Change) -> None:
         await vhost.forget(Deletions(exchanges=(entity,)))
     elif kind == "queue.declared":
         assert isinstance(entity, QueueDef)
-        await vhost.adopt_queue(entity)
+        # Heard late, the queue may be gone (a reply queue declared and deleted at once):
+        # attaching it would create it on its broker and place it anew, for good. Its
+        # queue.deleted (and any new declaration) follow in the feed.
+        current = await vhost.meta.get_queue(vhost.name, entity.name)
+        if current is not None and current.queue_id == entity.queue_id:
+            await vhost.adopt_queue(entity)
     elif kind == "queue.deleted":
         assert isinstance(entity, QueueDef)
         await vhost.forget(Deletions(queues=(entity,)))

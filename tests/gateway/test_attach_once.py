@@ -12,11 +12,13 @@ from typing import Any
 
 import anyio
 
+from gateway.cluster.metadata_sync import apply_change
 from gateway.node import Node
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
+from meta.change_feed import change
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef, VHost
 from storage import FlushPolicy, StoreConfig, open_embedded_store
@@ -148,5 +150,28 @@ def test_a_declaration_heard_back_after_the_queue_was_deleted_stays_deleted(
             await vhost.adopt_queue(definition)  # the echo of the declaration, late
             assert "reply" not in vhost.queues and vhost.queues_by_id == {}
             assert definition.queue_id not in await store.queues()
+
+    anyio.run(scenario)
+
+
+def test_a_declaration_heard_after_another_gateway_deleted_the_queue_is_not_attached(
+    tmp_path: Path,
+) -> None:
+    """The feed's queue.declared reaches a gateway after the queue was declared and deleted
+    on another one: nothing is attached, nothing created in the store."""
+
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as store:
+            meta = LocalMetadataStore(tmp_path / "meta")
+            node = Node(GatewaySettings(data_dir=tmp_path), store, meta)
+            vhost = await node.open_vhost("/")
+            declared = await meta.declare_queue(QueueDef(vhost="/", name="reply"), False, "c")
+            await meta.delete_queue("/", "reply", "c")  # both on the other gateway
+            await apply_change(node, change("queue.declared", declared))
+            assert vhost.queues == {} and declared.queue_id not in await store.queues()
+            live = await meta.declare_queue(QueueDef(vhost="/", name="live"), False, "c")
+            await apply_change(node, change("queue.declared", live))  # still there: attached
+            assert vhost.queues["live"].queue_id == live.queue_id
 
     anyio.run(scenario)
