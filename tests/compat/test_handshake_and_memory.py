@@ -150,7 +150,11 @@ def test_memory_alarm_blocks_publishers_and_releases_them(tmp_path: Path) -> Non
         body = b"x" * 1024
         deadline = time.monotonic() + 60
         while "blocked" not in events and time.monotonic() < deadline:
-            for _ in range(200):
+            # pika runs the blocked callback only in process_data_events: publish in small
+            # batches, so that what goes out after the gateway stopped reading (20 KiB at
+            # most) fits in the socket buffers (with 200 a batch they filled now and then, and the
+            # publish waited out pika's 60 s blocked timeout).
+            for _ in range(20):
                 ch.basic_publish("amq.fanout", "", body)
             publisher.process_data_events(0)
         assert events == ["blocked"]
