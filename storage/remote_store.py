@@ -231,6 +231,7 @@ class RemoteStore:
         self._connected = anyio.Event()
         self._closed = False
         self._last_error = "not connected yet"
+        self._down_since: float | None = None  # when the link went (None: up, or no call yet)
         self.limits: dict[int, int] = {}  # queue id -> max length (reject-publish)
         self.byte_limits: dict[int, int] = {}  # queue id -> max length bytes (reject-publish)
 
@@ -251,7 +252,13 @@ class RemoteStore:
         return await link.call(request)
 
     async def _wait_for_link(self) -> _Link:
-        with anyio.move_on_after(self.unavailable_wait_s):
+        """The link, waited for up to ``unavailable_wait_s`` after it went down (not after
+        each call: once the broker has been away that long, calls fail at once, instead of
+        every store call of a gateway blocking that long while a broker group is down)."""
+        now = anyio.current_time()
+        if self._down_since is None:
+            self._down_since = now
+        with anyio.move_on_after(max(0.0, self._down_since + self.unavailable_wait_s - now)):
             while self._link is None:
                 if self._closed:
                     raise StoreClosed("the remote store is closed")
@@ -265,6 +272,7 @@ class RemoteStore:
     def _link_closed(self, link: _Link, reason: str) -> None:
         if self._link is link:
             self._link = None
+            self._down_since = anyio.current_time()
             self._connected = anyio.Event()
             self._last_error = reason
             if not self._closed:
@@ -311,6 +319,7 @@ class RemoteStore:
                 self.broker_name = hello.name
                 self.connects += 1
                 self._link = link
+                self._down_since = None
                 self._connected.set()
                 log.info("connected to broker %s at %s", hello.name, self.address)
         if failure is not None:

@@ -160,3 +160,33 @@ async def test_first_connection_failing_is_broker_unavailable() -> None:
     with pytest.raises(BrokerUnavailable, match=r"unavailable for 0\.2 s"):
         async with connect_remote_store(f"127.0.0.1:{free_port()}", unavailable_wait_s=0.2):
             pass
+
+
+async def test_calls_fail_at_once_once_the_broker_is_away_past_the_wait(tmp_path: Path) -> None:
+    """A call waits for a lost broker up to unavailable_wait_s after the link went down, not
+    after each call: a gateway's every store call must not block that long while a broker
+    group is down. Back, the broker is used again."""
+    async with open_embedded_store(StoreConfig(tmp_path / "store")) as inner:
+        await inner.create_queue(1, 1)
+        port = free_port()
+        stop = anyio.Event()
+        async with (
+            served(inner, port=port, stop=stop) as address,
+            connect_remote_store(address, unavailable_wait_s=2.0) as remote,
+        ):
+            assert (await remote.append([rec(b"up")])).record_count == 1
+            stop.set()
+            with anyio.fail_after(10):
+                while remote.connected:
+                    await anyio.sleep(0.01)
+            started = anyio.current_time()
+            with pytest.raises(BrokerUnavailable):
+                await remote.queues()  # waits out what is left of the 2 s
+            assert anyio.current_time() - started > 1.0
+            with anyio.fail_after(1.0), pytest.raises(BrokerUnavailable):
+                await remote.queues()  # the outage is older than the wait: at once
+            async with served(inner, port=port):
+                with anyio.fail_after(10):
+                    while not remote.connected:
+                        await anyio.sleep(0.01)
+                assert 1 in await remote.queues()
