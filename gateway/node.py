@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from itertools import count
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,7 +39,7 @@ from meta.local_store import LocalMetadataStore
 from meta.models import Deletions, Permission, Policy, User, VHost
 from meta.password import check_password, hash_password
 from meta.store import MetadataStore
-from storage import StoredMessage, StorePort
+from storage import StoredMessage, StoreError, StorePort
 
 if TYPE_CHECKING:
     from gateway.cluster.backlog import RemoteBacklog
@@ -51,6 +51,7 @@ COMMIT_INTERVAL_S = 1.0
 META_RETRY_S = 2.0  # after the metadata store was found away, logins skip it this long
 LOGIN_META_WAIT_S = 1.0  # a login waits no longer for it (a client's handshake has limits)
 COMMIT_YIELD_EVERY = 256
+STORE_AWAY_LOG_EVERY_S = 10.0  # while store calls fail (a broker away): a line this often
 # Housekeeping looks at the alarms once a second; a publisher may write more than that in
 # between, so a publish batch also looks after a quarter segment (at most this) more.
 RESOURCE_LOOK_EVERY_BYTES_MAX = 16 << 20
@@ -398,29 +399,56 @@ class Node:
         return None if host is None else host.queues.get(name)
 
     async def commit_offsets(self) -> None:
+        """Commit every queue's position that moved. A queue whose broker is away stays due
+        (the next pass commits it) and the others go on; StoreError, the last such error,
+        after the pass."""
         committed = 0
+        away: StoreError | None = None
         for vhost in self.vhosts.values():
             for queue in list(vhost.queues.values()):
                 if queue.commit_dirty:
-                    await queue.commit()
+                    try:
+                        await queue.commit()
+                    except StoreError as error:
+                        away = error
                     committed += 1
                     if committed % COMMIT_YIELD_EVERY == 0:
                         # 10,000 busy queues: let deliveries run between slices of the pass
                         await anyio.lowlevel.checkpoint()
         await self.broadcasts.commit()
         await self.timer.commit()
+        if away is not None:
+            raise away
 
     async def housekeeping(self) -> None:
+        away_logged = float("-inf")
+        steps: list[Callable[[], Awaitable[None]]] = [
+            lambda: self.sample_stats(time.monotonic()),
+            lambda: self.apply_queue_retention(time.time_ns() // 1_000_000),
+            self.commit_offsets,
+            self._start_waiting_queues,
+        ]
         while True:
             await self.check_resources()
             await anyio.sleep(COMMIT_INTERVAL_S)
-            await self.sample_stats(time.monotonic())
-            await self.apply_queue_retention(time.time_ns() // 1_000_000)
-            await self.commit_offsets()
+            for step in steps:
+                try:
+                    await step()
+                except StoreError as error:
+                    # A broker group away (cluster): its queues wait, the step runs again in
+                    # a second; the gateway and the other groups' queues carry on.
+                    if time.monotonic() - away_logged >= STORE_AWAY_LOG_EVERY_S:
+                        away_logged = time.monotonic()
+                        log.warning("housekeeping: store calls fail (%s); retrying every "
+                                    "%.0f s", error, COMMIT_INTERVAL_S)  # fmt: skip
             if any(v.dead_letters for v in self.vhosts.values()):  # at-least-once retries
                 self._dead_letters_waiting.set()
             await self._retry_metadata_write()
             await self._clean_owners()
+
+    async def _start_waiting_queues(self) -> None:
+        for vhost in list(self.vhosts.values()):
+            await vhost.start_waiting()
 
     async def sample_stats(self, now: float) -> None:
         self.stats.sample(now)
@@ -486,9 +514,13 @@ class Node:
         free = shutil.disk_usage(self.settings.data_dir).free
         shortfall = self.settings.min_free_disk_bytes - free
         budget = self.settings.disk_budget_bytes
-        if budget is not None:  # over the budget publishers wait; unread data is kept
-            shortfall = max(shortfall, await self.store.disk_bytes() - budget)
-        backlog = await self.store.backlog_bytes()
+        backlog: int | None = None
+        try:
+            if budget is not None:  # over the budget publishers wait; unread data is kept
+                shortfall = max(shortfall, await self.store.disk_bytes() - budget)
+            backlog = await self.store.backlog_bytes()
+        except StoreError:
+            pass  # a broker away (cluster): its alarm stays as it was; housekeeping says so
         if self.memory_alarm.blocked:
             memory.give_back()
         resident = memory.resident_bytes()
@@ -498,6 +530,8 @@ class Node:
             (self.store_alarm, backlog, f"{backlog} bytes not yet durable"),
             (self.memory_alarm, resident, f"{resident} bytes resident, limit {limit}"),
         ):
+            if reading is None:
+                continue
             change = alarm.update(reading)
             if change is True:
                 log.warning("%s alarm: %s: blocking publishers", alarm.name, detail)

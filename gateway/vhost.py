@@ -28,6 +28,7 @@ from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
 from meta.store import MetadataStore
 from storage import (
     AppendResult,
+    BrokerUnavailable,
     Record,
     StoredMessage,
     StoreError,
@@ -79,6 +80,7 @@ class VirtualHost:
         self.queues: dict[str, QueueRuntime] = {}
         self.queues_by_id: dict[int, QueueRuntime] = {}
         self._attaching: dict[str, anyio.Event] = {}  # queue name -> set once attached
+        self.waiting: set[QueueRuntime] = set()  # attached while their broker was down
         self._deleted_ids: dict[int, None] = {}  # the latest GONE_KEPT, oldest first
         self.on_queue_deleted: Callable[[QueueRuntime], None] = lambda _q: None
         self.on_queue_attached: Callable[[QueueRuntime], None] = lambda _q: None
@@ -98,12 +100,15 @@ class VirtualHost:
             self.name, exchanges, [q.name for q in queues], bindings
         )
         for definition in queues:
-            await self._attach_queue(definition)
+            await self._attach_queue(definition, broker_may_be_down=True)
 
-    async def _attach_queue(self, definition: QueueDef) -> QueueRuntime:
-        if self.placement is not None:  # on its broker groups, chosen once for the cluster
-            await self.placement.place(definition)
-        await self.store.create_queue(definition.queue_id, definition.partitions)
+    async def _attach_queue(
+        self, definition: QueueDef, broker_may_be_down: bool = False
+    ) -> QueueRuntime:
+        """The queue's runtime, started from the store. ``broker_may_be_down``: a queue that
+        exists already (a restart, another gateway's declaration) whose broker group is down
+        is attached all the same, waiting (``start_waiting``): the gateway serves the other
+        groups' queues meanwhile, and publishes to this one are nacked."""
         runtime = new_queue_runtime(
             definition,
             self.store,
@@ -111,12 +116,41 @@ class VirtualHost:
             self._dead_letter,
             self.scheduler.wake,
         )
-        await runtime.start()
+        try:
+            await self._start(runtime)
+        except BrokerUnavailable as error:
+            if not broker_may_be_down:
+                raise
+            log.warning("queue %r waits for its broker group: %s", definition.name, error)
+            runtime.waiting_for_broker = True
+            self.waiting.add(runtime)
         self.queues[definition.name] = runtime
         self.queues_by_id[definition.queue_id] = runtime
         self.on_queue_attached(runtime)  # consumption controls in force for it
         self.scheduler.wake(runtime)  # TTL and x-expires start counting now
         return runtime
+
+    async def _start(self, runtime: QueueRuntime) -> None:
+        definition = runtime.definition
+        if self.placement is not None:  # on its broker groups, chosen once for the cluster
+            await self.placement.place(definition)
+        await self.store.create_queue(definition.queue_id, definition.partitions)
+        await runtime.start()
+
+    async def start_waiting(self) -> None:
+        """Start the queues attached while their broker group was down, once it is back."""
+        for runtime in list(self.waiting):
+            if runtime.deleted:
+                self.waiting.discard(runtime)
+                continue
+            try:
+                await self._start(runtime)
+            except BrokerUnavailable:
+                continue
+            self.waiting.discard(runtime)
+            runtime.waiting_for_broker = False
+            log.info("queue %r: its broker group is back", runtime.name)
+            self.scheduler.wake(runtime)
 
     # -- policies -------------------------------------------------------------------------
 
@@ -400,9 +434,9 @@ class VirtualHost:
         quick delete (a reply queue's), and attaching it again would create it on its broker
         and place it anew, left there for good."""
         if definition.queue_id not in self._deleted_ids:
-            await self._attach_once(definition)
+            await self._attach_once(definition, adopting=True)
 
-    async def _attach_once(self, definition: QueueDef) -> QueueRuntime:
+    async def _attach_once(self, definition: QueueDef, adopting: bool = False) -> QueueRuntime:
         """The queue's runtime, attached unless it is already. One attachment per name at a
         time: the change feed brings a gateway's own declaration back, often while that
         declaration is still attaching (awaiting the broker); a second runtime would replace
@@ -418,7 +452,7 @@ class VirtualHost:
         try:
             if runtime is not None:
                 await self.forget(Deletions(queues=(runtime.definition,)))
-            runtime = await self._attach_queue(definition)
+            runtime = await self._attach_queue(definition, broker_may_be_down=adopting)
             self.router.add_queue(name)
         finally:
             del self._attaching[name]

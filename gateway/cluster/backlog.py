@@ -26,6 +26,7 @@ is read:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 import anyio
 
 from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
-from storage import StorePort
+from storage import StoreError, StorePort
 
 REPORT_EVERY_S = 0.05
 MOVED_EVERY = 6  # ticks: positions that moved are reported every 0.3 s
@@ -76,7 +77,8 @@ async def report_progress(queues: Callable[[], Iterable[QueueRuntime]]) -> None:
         start = turn % len(due)
         for queue in (due[start:] + due[:start])[:REPORT_MAX_QUEUES]:
             reported[queue.queue_id] = list(queue.cursors)
-            await queue.report_progress()
+            with contextlib.suppress(StoreError):  # its broker is away: the next tick tries
+                await queue.report_progress()
         turn += REPORT_MAX_QUEUES
         if len(reported) > 2 * len(due) + 1024:  # queues gone or no longer delivered here
             reported = {q.queue_id: reported[q.queue_id] for q in due if q.queue_id in reported}
@@ -102,15 +104,19 @@ class RemoteBacklog:
         self._refreshing: dict[int, anyio.Event] = {}
 
     async def hold(self, queue: QueueRuntime, max_wait_s: float) -> bool:
-        """Wait while ``queue`` is congested at its delivering gateway; True if it waited."""
-        if not self.congested(await self.sample(queue)):
+        """Wait while ``queue`` is congested at its delivering gateway; True if it waited.
+        Its broker away: no wait (nothing is delivered there either)."""
+        try:
+            if not self.congested(await self.sample(queue)):
+                return False
+            with anyio.move_on_after(max_wait_s):
+                while True:
+                    await anyio.sleep(SAMPLE_TTL_S)
+                    sample = await self.sample(queue)
+                    if sample.backlog <= FLOW_LOW or not self._draining(sample):
+                        break
+        except StoreError:
             return False
-        with anyio.move_on_after(max_wait_s):
-            while True:
-                await anyio.sleep(SAMPLE_TTL_S)
-                sample = await self.sample(queue)
-                if sample.backlog <= FLOW_LOW or not self._draining(sample):
-                    break
         return True
 
     def congested(self, sample: _Sample) -> bool:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from gateway.cluster.groups import BROKER_WAIT_S, BrokerGroups, find_start_groups, open_group
+from gateway.cluster.groups import BrokerGroups, find_start_groups, open_group
 from gateway.cluster.placement import QueuePlacement
 from meta.change_feed import Change, Reload
 from meta.errors import MetadataUnavailable
@@ -82,9 +82,17 @@ async def open_cluster_backends(
         async with AsyncExitStack() as stack:
             stores: dict[str, StorePort] = {}
             for group, address in groups.items():
-                stores[group] = await stack.enter_async_context(
-                    _open_start_group(url, group, address, settings.node_name)
-                )
+                try:
+                    stores[group] = await stack.enter_async_context(
+                        open_group(url, group, address, settings.node_name)
+                    )
+                except (BrokerUnavailable, TimeoutError) as error:
+                    # Its queues wait for it (BrokerGroups adds it once it is back); the
+                    # gateway serves the others meanwhile.
+                    log.warning("cluster: broker group %s is down at start (%s); its queues "
+                                "are unavailable until it is back", group, error)  # fmt: skip
+            if not stores:
+                raise SystemExit(f"mqgw: no broker group of {url} could be reached")
             # A routed store even over one group: groups registered later join it.
             placement = QueuePlacement(meta, list(stores))
             for group, store in stores.items():
@@ -102,19 +110,6 @@ async def open_cluster_backends(
             await meta.close()
 
 
-@asynccontextmanager
-async def _open_start_group(
-    url: str, group: str, address: str | None, name: str
-) -> AsyncIterator[StorePort]:
-    try:
-        async with open_group(url, group, address, name) as store:
-            yield store
-    except TimeoutError:
-        raise SystemExit(
-            f"mqgw: group {group} has no master in {url} within {BROKER_WAIT_S:.0f} s"
-        ) from None
-
-
 class ClusterLink:
     """The cluster tasks of one gateway (see the module doc)."""
 
@@ -130,6 +125,7 @@ class ClusterLink:
         # Long-poll reads, one task per delivered partition with consumers (see _watch).
         self._watchers: dict[tuple[int, int], anyio.CancelScope] = {}
         self._exhausted: dict[int, anyio.Event] = {}  # queue id -> set when it read all
+        self._away: set[tuple[int, int]] = set()  # partitions whose take-over failed (logged)
         self._tasks: anyio.abc.TaskGroup | None = None
 
     async def start(self) -> str:
@@ -216,7 +212,7 @@ class ClusterLink:
                         key = (queue.queue_id, partition)
                         if key not in self.held and now >= retry_at.get(key, 0.0):
                             retry_at[key] = now + RETRY_S
-                            await self._try_hold(queue, partition)
+                            await self._hold_unless_away(queue, partition)
             except MetadataUnavailable as error:
                 # Nobody can take a lease while Redis is away: keep delivering what we hold.
                 log.warning("cluster: delivery leases not renewed: %s", error)
@@ -297,6 +293,8 @@ class ClusterLink:
         return queue.holds_all_leases()
 
     def _wanted(self, queue: QueueRuntime, now: float) -> bool:
+        if queue.waiting_for_broker:  # started first (its take-over needs the broker too)
+            return False
         return bool(queue.consumers) or now - queue.last_get < GET_HOLD_S
 
     async def _try_hold(self, queue: QueueRuntime, partition: int) -> None:
@@ -322,12 +320,29 @@ class ClusterLink:
             log.info("cluster: delivering queue %r partition %d (lease token %d)",
                      queue.name, partition, token)  # fmt: skip
 
+    async def _hold_unless_away(self, queue: QueueRuntime, partition: int) -> None:
+        """``_try_hold``; while the partition's broker is away (the take-over's reads fail)
+        it is not delivered here, and a later round tries again: a consumer on a queue whose
+        group is down must not end the gateway."""
+        key = (queue.queue_id, partition)
+        try:
+            await self._try_hold(queue, partition)
+        except StoreError as error:
+            self.held.pop(key, None)  # the take-over is still to do
+            if key not in self._away:
+                self._away.add(key)
+                log.warning("cluster: queue %r partition %d not delivered here while its "
+                            "broker is away: %s", queue.name, partition, error)  # fmt: skip
+            return
+        if key in self._away and key in self.held:
+            self._away.discard(key)
+
     async def _renew_held(self) -> None:
         now = anyio.current_time()
         for key in list(self.held):
             queue = self.node.queue_by_id(key[0])
             if queue is not None and self._wanted(queue, now):
-                await self._try_hold(queue, key[1])
+                await self._hold_unless_away(queue, key[1])
                 continue
             del self.held[key]  # no consumer here any more: let another gateway deliver
             await self.meta.drop_lease(_lease_name(key), self.gateway_id)

@@ -74,9 +74,9 @@ class QueuePlacement:
             await self.discover(unknown)
             unknown = sorted(set(route) - set(self.groups))
         if unknown:
-            log.error("queue %r in vhost %r is placed on broker group(s) %s, which this gateway "
-                      "has no store for", definition.name, definition.vhost,
-                      ", ".join(unknown))  # fmt: skip
+            log.warning("queue %r in vhost %r is placed on broker group(s) %s, not connected "
+                        "here (down?): unavailable until connected", definition.name,
+                        definition.vhost, ", ".join(unknown))  # fmt: skip
         self._by_id[definition.queue_id] = route
         self._stored.pop(definition.queue_id, None)
         self._ids[(definition.vhost, definition.name)] = definition.queue_id

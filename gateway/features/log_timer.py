@@ -259,15 +259,23 @@ class LogTimer:
 
     async def run(self) -> None:
         """The timer's only task: a pass, then sleep until the next ripe head or a notify."""
+        away = ""  # the store error last logged
         while True:
             self._wakeup = anyio.Event()
             try:
                 next_ms = await self.process()
                 if self.clock() - self._last_commit >= COMMIT_INTERVAL_MS:
                     await self.commit()
+            except StoreError as error:  # a broker away: one line, not a traceback a second
+                if str(error) != away:
+                    log.warning("timer pass failed: %s; retrying every %d ms", error, RETRY_MS)
+                away = str(error)
+                next_ms = self.clock() + RETRY_MS
             except Exception:
                 log.exception("timer pass failed; retrying in %d ms", RETRY_MS)
                 next_ms = self.clock() + RETRY_MS
+            else:
+                away = ""
             wait_s = IDLE_CHECK_S
             if next_ms is not None:
                 wait_s = min(wait_s, max(0.0, (next_ms - self.clock()) / 1000))

@@ -46,7 +46,7 @@ from gateway.queues.length_limits import LengthLimits
 from gateway.queues.rate_limit import TokenBucket
 from meta.models import QueueDef
 from storage import QUEUE_GROUP, DeliveryProgress, ReadStatus, StoredMessage, StorePort
-from storage.errors import StaleFence
+from storage.errors import StaleFence, StoreError
 from storage.record import PERSISTENT
 
 if TYPE_CHECKING:
@@ -115,6 +115,9 @@ class QueueRuntime:
         # Cluster: called when a fill reached the end of every partition (long-poll reads).
         self.on_exhausted: Callable[[QueueRuntime], None] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)
+        # Attached while its broker group was down (cluster): not started, not delivered,
+        # until VirtualHost.start_waiting finds the group back.
+        self.waiting_for_broker = False
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
         self.requeued: list[tuple[int, int, StoredMessage]] = []  # (commit offset, partition, m)
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]
@@ -734,6 +737,9 @@ class QueueRuntime:
                 )
             except StaleFence as error:
                 self.lose_lease(partition, error)
+            except StoreError:
+                self.commit_dirty = True  # the broker is away: the next pass commits
+                raise
 
     def delivery_progress(self) -> list[DeliveryProgress] | None:
         """Per partition where this gateway stands, for the store's ready counts and the

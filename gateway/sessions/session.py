@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -33,7 +33,7 @@ from gateway.amqp import (
     VHostOpenRequested,
     frame_writer,
 )
-from gateway.amqp.errors import InternalError, NotAllowed
+from gateway.amqp.errors import InternalError, NotAllowed, NotFound
 from gateway.amqp.sasl import EXTERNAL
 from gateway.observe.taps import SessionTap, session_tap
 from gateway.queues.rate_limit import Limits
@@ -44,7 +44,7 @@ from gateway.sessions.handlers import handle_method
 from gateway.sessions.publishing import route_publish
 from gateway.vhost import amqp_error
 from meta.errors import MetadataUnavailable, MetaError
-from storage import Record, StoredMessage, StoreError
+from storage import BrokerUnavailable, Record, StoredMessage, StoreError
 from storage.record import PERSISTENT
 
 if TYPE_CHECKING:
@@ -198,6 +198,8 @@ class Session:
             except MetaError as error:  # a metadata call outside meta_call (Redis away, say)
                 index = event.method.index
                 await self.fail(channel, amqp_error(error, index >> 16, index & 0xFFFF))
+            except BrokerUnavailable as error:  # the queue's broker group is down
+                await self._broker_unavailable(channel, event.method, error)
             except Exception:
                 log.exception(
                     "connection %s: internal error handling %s",
@@ -411,6 +413,22 @@ class Session:
                 and await self.node.remote_backlog.hold(queue, FLOW_WAIT_MAX_S)
             ):
                 self.node.stats.flow_holds_remote += 1
+
+    async def _broker_unavailable(
+        self, channel: ChannelState, method: Any, error: BrokerUnavailable
+    ) -> None:
+        """404, worded as RabbitMQ answers for a queue whose home node is down."""
+        log.warning("connection %s: %s: %s", self.id, method.name, error,
+                    extra={"connection": self.name})  # fmt: skip
+        queue = getattr(method, "queue", None)
+        vhost = self.vhost.name if self.vhost is not None else "/"
+        reason = (
+            f"home node of queue '{queue}' in vhost '{vhost}' is down or inaccessible"
+            if queue
+            else "home node of the queue is down or inaccessible"
+        )
+        index = method.index
+        await self.fail(channel, NotFound(reason, index >> 16, index & 0xFFFF))
 
     def _transient_only(self, records: list[Record]) -> bool:
         """A batch of transient messages only, on the embedded node: RabbitMQ confirms such

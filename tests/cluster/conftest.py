@@ -1,15 +1,22 @@
-"""A small real cluster for tests: redis-server, one `mqgw broker`, and gateways started with
-`--meta`, each on free loopback ports, all stopping with the test."""
+"""Small real clusters for tests, each process on free loopback ports, all stopping with the
+test: ``cluster`` (redis-server, one `mqgw broker`, gateways added with `--meta`) and
+``two_groups`` (two unreplicated broker groups g1 and g2, gateways gwA and gwB)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+import pika
 import pytest
+import redis
 
 from bench.servers import BrokerServer, GatewayServer, free_port
+from meta.redis_keys import RedisKeys
+from storage import connect_remote_store
 from tests.harness.redis_server import RedisServer
 
 
@@ -30,6 +37,13 @@ class Cluster:
         return gateway
 
 
+def _stop_gateways(gateways: list[GatewayServer]) -> None:
+    for gateway in gateways:
+        gateway.kill()
+        # Captured output, shown by pytest only when the test failed.
+        print(f"--- gateway {gateway.data_dir.name} log tail ---\n{gateway.log()[-6000:]}")
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     redis = RedisServer(tmp_path / "redis").start()
@@ -41,9 +55,63 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         broker.start()
         yield made
     finally:
-        for gateway in made.gateways:
-            gateway.kill()
-            # Captured output, shown by pytest only when the test failed.
-            print(f"--- gateway {gateway.data_dir.name} log tail ---\n{gateway.log()[-6000:]}")
+        _stop_gateways(made.gateways)
         broker.kill()
         redis.stop()
+
+
+GROUPS = ("g1", "g2")
+Channel = pika.adapters.blocking_connection.BlockingChannel
+
+
+@dataclass
+class TwoGroups:
+    redis: RedisServer
+    brokers: dict[str, BrokerServer]
+    gateways: list[GatewayServer] = field(default_factory=list)
+
+    def route(self, queue: str) -> list[str] | None:
+        client = redis.Redis.from_url(self.redis.url, decode_responses=True)
+        try:
+            text = client.get(RedisKeys().route("/", queue))
+        finally:
+            client.close()
+        return None if text is None else list(json.loads(text))
+
+    def broker_queues(self, group: str) -> dict[int, int]:
+        async def ask() -> dict[int, int]:
+            async with connect_remote_store(self.brokers[group].address) as store:
+                return await store.queues()
+
+        return anyio.run(ask)
+
+
+@pytest.fixture
+def two_groups(tmp_path: Path) -> Iterator[TwoGroups]:
+    server = RedisServer(tmp_path / "redis").start()
+    brokers = {
+        g: BrokerServer(tmp_path / g, free_port(), tmp_path / f"{g}.log", g, "0", meta=server.url)
+        for g in GROUPS
+    }
+    made = TwoGroups(server, brokers)
+    try:
+        for broker in brokers.values():
+            broker.start()
+        for name in ("gwA", "gwB"):
+            args = ["--meta", server.url, "--node-name", name, "--admin-port", str(free_port())]
+            made.gateways.append(GatewayServer(tmp_path / name, args).start())
+        yield made
+    finally:
+        _stop_gateways(made.gateways)
+        for broker in brokers.values():
+            broker.kill()
+        server.stop()
+
+
+def connect(gateway: GatewayServer) -> tuple[pika.BlockingConnection, Channel]:
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.url))
+    return conn, conn.channel()
+
+
+def count(ch: Channel, queue: str) -> int:
+    return int(ch.queue_declare(queue, passive=True).method.message_count)

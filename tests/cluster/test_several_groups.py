@@ -5,81 +5,17 @@ nothing confirmed while the gateways reconnect by themselves."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
 import pika
 import pika.exceptions
-import pytest
-import redis
 
 from bench.servers import BrokerServer, GatewayServer, check_for, free_port
-from meta.redis_keys import RedisKeys
-from storage import connect_remote_store
+from tests.cluster.conftest import GROUPS, Channel, TwoGroups, connect, count
 from tests.harness.redis_server import RedisServer
-
-GROUPS = ("g1", "g2")
-Channel = pika.adapters.blocking_connection.BlockingChannel
-
-
-@dataclass
-class TwoGroups:
-    redis: RedisServer
-    brokers: dict[str, BrokerServer]
-    gateways: list[GatewayServer] = field(default_factory=list)
-
-    def route(self, queue: str) -> list[str] | None:
-        client = redis.Redis.from_url(self.redis.url, decode_responses=True)
-        try:
-            text = client.get(RedisKeys().route("/", queue))
-        finally:
-            client.close()
-        return None if text is None else list(json.loads(text))
-
-    def broker_queues(self, group: str) -> dict[int, int]:
-        async def ask() -> dict[int, int]:
-            async with connect_remote_store(self.brokers[group].address) as store:
-                return await store.queues()
-
-        return anyio.run(ask)
-
-
-@pytest.fixture
-def two_groups(tmp_path: Path) -> Iterator[TwoGroups]:
-    server = RedisServer(tmp_path / "redis").start()
-    brokers = {
-        g: BrokerServer(tmp_path / g, free_port(), tmp_path / f"{g}.log", g, "0", meta=server.url)
-        for g in GROUPS
-    }
-    made = TwoGroups(server, brokers)
-    try:
-        for broker in brokers.values():
-            broker.start()
-        for name in ("gwA", "gwB"):
-            args = ["--meta", server.url, "--node-name", name, "--admin-port", str(free_port())]
-            made.gateways.append(GatewayServer(tmp_path / name, args).start())
-        yield made
-    finally:
-        for gateway in made.gateways:
-            gateway.kill()
-        for broker in brokers.values():
-            broker.kill()
-        server.stop()
-
-
-def connect(gateway: GatewayServer) -> tuple[pika.BlockingConnection, Channel]:
-    conn = pika.BlockingConnection(pika.URLParameters(gateway.url))
-    return conn, conn.channel()
-
-
-def count(ch: Channel, queue: str) -> int:
-    return int(ch.queue_declare(queue, passive=True).method.message_count)
 
 
 def consume_all(ch: Channel, queues: list[str], want: int, timeout_s: float) -> list[tuple]:
