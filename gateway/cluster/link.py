@@ -334,8 +334,7 @@ class ClusterLink:
                 log.warning("cluster: queue %r partition %d not delivered here while its "
                             "broker is away: %s", queue.name, partition, error)  # fmt: skip
             return
-        if key in self._away and key in self.held:
-            self._away.discard(key)
+        self._away.discard(key)
 
     async def _renew_held(self) -> None:
         now = anyio.current_time()

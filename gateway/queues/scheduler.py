@@ -44,6 +44,7 @@ class PushScheduler:
         self._ready: deque[QueueRuntime] = deque()
         self._wakeup = anyio.Event()
         self._timers: list[tuple[float, int, QueueRuntime]] = []
+        self._failing: set[int] = set()  # ids of queues whose last turn met a store error
         self._timer_changed = anyio.Event()
         self._sequence = itertools.count()
         self.turn_time = Histogram()  # seconds per turn (mqgw_scheduler_turn_seconds)
@@ -141,8 +142,12 @@ class PushScheduler:
         try:
             again = await self._serve(queue)
         except StoreError as error:
-            # The store (a broker, in a cluster) is away: try this queue again shortly.
-            log.warning("push to queue %r: %s; retrying in %.1f s", queue.name, error, RETRY_S)
+            # The store (a broker, in a cluster) is away: try this queue again shortly (a
+            # line when it starts failing, not one per try while a broker group is down).
+            if queue.queue_id not in self._failing:
+                self._failing.add(queue.queue_id)
+                log.warning("push to queue %r: %s; retrying every %.1f s", queue.name, error,
+                            RETRY_S)  # fmt: skip
             queue.scheduled = False
             self._park(queue, self.clock() + RETRY_S)
             return True
@@ -150,6 +155,8 @@ class PushScheduler:
             log.exception("push to queue %r failed", queue.name)
             again = False
         queue.scheduled = False
+        if self._failing:
+            self._failing.discard(queue.queue_id)
         self.turn_time.observe(time.perf_counter() - started)
         if (again or queue.rewake) and not queue.deleted:
             queue.rewake = False
