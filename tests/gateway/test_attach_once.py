@@ -1,12 +1,14 @@
 """A queue gets one runtime, and a vhost one VirtualHost, however their declaration reaches
-the gateway. In a cluster the
-change feed brings a gateway's own queue.declare back, often while that declaration is still
-attaching (awaiting the broker); a second runtime used to replace the first, and the consumer
-registered on the first was never served (tests/cluster/test_no_duplicates.py saw it as a
-warm-up message never delivered, about one run in five)."""
+the gateway. In a cluster the change feed brings a gateway's own queue.declare back, often
+while that declaration is still attaching (awaiting the broker); a second runtime used to
+replace the first, and the consumer registered on the first was never served
+(tests/cluster/test_no_duplicates.py saw it as a warm-up message never delivered, about one
+run in five)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,34 +23,66 @@ from gateway.vhost import VirtualHost
 from meta.change_feed import change
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef, VHost
-from storage import FlushPolicy, StoreConfig, open_embedded_store
+from storage import EmbeddedStore, FlushPolicy, StoreConfig, open_embedded_store
 
 
-class _SlowCreate:
-    """A store whose create_queue waits until let go (a broker round trip in a cluster)."""
+class _Held:
+    """``inner`` with its method ``name`` held until ``let_go`` is set (a round trip to a
+    broker, or to Redis, in a cluster)."""
 
-    def __init__(self, store: Any) -> None:
-        self._store = store
+    def __init__(self, inner: Any, name: str) -> None:
+        self._inner = inner
+        self._name = name
         self.let_go = anyio.Event()
-        self.creates = 0
+        self.calls = 0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+    def __getattr__(self, attribute: str) -> Any:
+        method = getattr(self._inner, attribute)
+        if attribute != self._name:
+            return method
 
-    async def create_queue(self, queue_id: int, partitions: int) -> None:
-        self.creates += 1
-        await self.let_go.wait()
-        await self._store.create_queue(queue_id, partitions)
+        async def held(*args: Any) -> Any:
+            self.calls += 1
+            await self.let_go.wait()
+            return await method(*args)
+
+        return held
+
+
+@asynccontextmanager
+async def _store(tmp_path: Path) -> AsyncIterator[EmbeddedStore]:
+    config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+    async with open_embedded_store(config) as store:
+        yield store
+
+
+async def _vhost(meta: Any, store: Any) -> VirtualHost:
+    vhost = VirtualHost("/", meta, store, PushScheduler(), partitions=1)
+    await vhost.load()
+    return vhost
+
+
+async def _race(
+    held: _Held, first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[object]]
+) -> None:
+    """``first`` until it waits on the held call, then ``second`` as far as it goes; then the
+    held call answers."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        while held.calls == 0:
+            await anyio.lowlevel.checkpoint()
+        tg.start_soon(second)
+        for _ in range(20):
+            await anyio.lowlevel.checkpoint()
+        held.let_go.set()
 
 
 def test_a_declaration_heard_back_while_attaching_keeps_one_runtime(tmp_path: Path) -> None:
     async def scenario() -> None:
-        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
-        async with open_embedded_store(config) as embedded:
-            store = _SlowCreate(embedded)
+        async with _store(tmp_path) as embedded:
+            store = _Held(embedded, "create_queue")
             meta = LocalMetadataStore(tmp_path / "meta")
-            vhost = VirtualHost("/", meta, store, PushScheduler(), partitions=1)
-            await vhost.load()
+            vhost = await _vhost(meta, store)
             got: dict[str, QueueRuntime] = {}
 
             async def declare() -> None:
@@ -61,15 +95,8 @@ def test_a_declaration_heard_back_while_attaching_keeps_one_runtime(tmp_path: Pa
                 await vhost.adopt_queue(definition)
                 got["adopted"] = vhost.queues["work"]
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(declare)
-                while store.creates == 0:
-                    await anyio.lowlevel.checkpoint()
-                tg.start_soon(feed_echo)
-                for _ in range(20):  # let the echo run as far as it can before the broker answers
-                    await anyio.lowlevel.checkpoint()
-                store.let_go.set()
-            assert store.creates == 1
+            await _race(store, declare, feed_echo)
+            assert store.calls == 1
             assert got["declared"] is got["adopted"] is vhost.queues["work"]
             assert vhost.queues_by_id == {got["declared"].queue_id: got["declared"]}
 
@@ -80,11 +107,9 @@ def test_a_runtime_of_an_older_queue_of_the_name_is_replaced(tmp_path: Path) -> 
     """A delete this gateway missed: the new declaration (a new id) gets a new runtime."""
 
     async def scenario() -> None:
-        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
-        async with open_embedded_store(config) as store:
+        async with _store(tmp_path) as store:
             meta = LocalMetadataStore(tmp_path / "meta")
-            vhost = VirtualHost("/", meta, store, PushScheduler(), partitions=1)
-            await vhost.load()
+            vhost = await _vhost(meta, store)
             old = await vhost.declare_queue(QueueDef(vhost="/", name="work"), False, "c")
             await meta.delete_queue("/", "work", "c")  # elsewhere: this runtime never hears it
             new = await vhost.declare_queue(QueueDef(vhost="/", name="work"), False, "c")
@@ -94,39 +119,18 @@ def test_a_runtime_of_an_older_queue_of_the_name_is_replaced(tmp_path: Path) -> 
     anyio.run(scenario)
 
 
-class _SlowLoad:
-    """Metadata whose queue listing waits until let go (a Redis round trip in a cluster)."""
-
-    def __init__(self, meta: Any) -> None:
-        self._meta = meta
-        self.let_go = anyio.Event()
-        self.listings = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._meta, name)
-
-    async def list_queues(self, vhost: str) -> Any:
-        self.listings += 1
-        await self.let_go.wait()
-        return await self._meta.list_queues(vhost)
-
-
 def test_a_vhost_added_and_heard_back_while_opening_is_opened_once(tmp_path: Path) -> None:
     async def scenario() -> None:
-        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
-        async with open_embedded_store(config) as store:
-            meta = _SlowLoad(LocalMetadataStore(tmp_path / "meta"))
+        async with _store(tmp_path) as store:
+            meta = _Held(LocalMetadataStore(tmp_path / "meta"), "list_queues")
             node = Node(GatewaySettings(data_dir=tmp_path), store, meta)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(node.add_vhost, VHost(name="orders"))
-                while meta.listings == 0:
-                    await anyio.lowlevel.checkpoint()
-                tg.start_soon(node.open_vhost, "orders")  # the feed's vhost.added
-                for _ in range(20):
-                    await anyio.lowlevel.checkpoint()
-                meta.let_go.set()
+            await _race(
+                meta,
+                lambda: node.add_vhost(VHost(name="orders")),
+                lambda: node.open_vhost("orders"),  # the feed's vhost.added
+            )
             opened = node.vhosts["orders"]
-            assert meta.listings == 1
+            assert meta.calls == 1
             assert await node.open_vhost("orders") is opened
 
     anyio.run(scenario)
@@ -139,11 +143,8 @@ def test_a_declaration_heard_back_after_the_queue_was_deleted_stays_deleted(
     the delete, and must neither bring a runtime back nor create the queue in the store."""
 
     async def scenario() -> None:
-        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
-        async with open_embedded_store(config) as store:
-            meta = LocalMetadataStore(tmp_path / "meta")
-            vhost = VirtualHost("/", meta, store, PushScheduler(), partitions=1)
-            await vhost.load()
+        async with _store(tmp_path) as store:
+            vhost = await _vhost(LocalMetadataStore(tmp_path / "meta"), store)
             queue = await vhost.declare_queue(QueueDef(vhost="/", name="reply"), False, "c")
             definition = queue.definition
             await vhost.delete_queue("reply", "c")
@@ -161,8 +162,7 @@ def test_a_declaration_heard_after_another_gateway_deleted_the_queue_is_not_atta
     on another one: nothing is attached, nothing created in the store."""
 
     async def scenario() -> None:
-        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
-        async with open_embedded_store(config) as store:
+        async with _store(tmp_path) as store:
             meta = LocalMetadataStore(tmp_path / "meta")
             node = Node(GatewaySettings(data_dir=tmp_path), store, meta)
             vhost = await node.open_vhost("/")
