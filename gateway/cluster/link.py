@@ -328,7 +328,9 @@ class ClusterLink:
         try:
             await self._try_hold(queue, partition)
         except StoreError as error:
-            self.held.pop(key, None)  # the take-over is still to do
+            self.held.pop(key, None)  # the take-over is still to do: nothing delivered or
+            queue.fences[partition] = 0  # committed here until it is done
+            queue.set_lease(partition, False)
             if key not in self._away:
                 self._away.add(key)
                 log.warning("cluster: queue %r partition %d not delivered here while its "
