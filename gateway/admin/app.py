@@ -3,7 +3,8 @@ concern (queues and policies, users/vhosts/permissions, consumption controls, de
 
 Every route but ``/api/health`` needs HTTP basic authentication (gateway/admin/auth.py).
 Errors are JSON in the management plugin's shape, ``{"error": ..., "reason": ...}``; a body
-that is not JSON or does not fit is a 400, as RabbitMQ answers, not FastAPI's 422.
+that is not JSON or does not fit is a 400, as RabbitMQ answers, not FastAPI's 422; a call
+that needs a broker group that is down (cluster) is a 503.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.admin import (
     topology_api,
 )
 from gateway.admin.paths import KeepEncodedSlashes
+from storage import BrokerUnavailable
 
 if TYPE_CHECKING:
     from gateway.node import Node
@@ -40,6 +42,7 @@ _ERROR_NAMES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    503: "service_unavailable",
 }
 
 
@@ -78,6 +81,11 @@ def create_app(node: Node) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(error_body(400, _describe(list(exc.errors()))), status_code=400)
+
+    @app.exception_handler(BrokerUnavailable)
+    async def broker_away(_request: Request, exc: BrokerUnavailable) -> JSONResponse:
+        # A queue whose broker group is down (cluster): the figures it needs cannot be read.
+        return JSONResponse(error_body(503, str(exc)), status_code=503)
 
     @app.get("/api/health", summary="Liveness: the node is up and serving AMQP (no login)")
     async def health() -> dict[str, Any]:

@@ -38,6 +38,7 @@ from gateway.admin.queues_api import head_age_s
 from gateway.observe.histogram import Histogram
 from gateway.observe.stats import queue_unacked
 from meta.models import User
+from storage import StoreError
 
 if TYPE_CHECKING:
     from gateway.node import Node
@@ -91,7 +92,6 @@ def _copy(histogram: Histogram) -> Histogram:
 async def take_snapshot(node: Node, per_object: bool) -> Snapshot:
     stats = node.stats
     sessions = [s for s in list(node.sessions) if s.opened]
-    held = await node.store.held_back_bytes()
     store: Any = node.store
     committer = getattr(store, "committer", None)  # the embedded store's group commit
     gauges: dict[str, float] = {
@@ -101,12 +101,16 @@ async def take_snapshot(node: Node, per_object: bool) -> Snapshot:
         "memory_limit": node.memory_alarm.on_above,
         "disk_free": shutil.disk_usage(node.settings.data_dir).free,
         "disk_limit": node.settings.min_free_disk_bytes,
-        "store_disk": await node.store.disk_bytes(),
-        "store_backlog": await node.store.backlog_bytes(),
-        "store_held": sum(held.values()),
         "ready_set": node.scheduler.ready_count,
         "fsyncs": getattr(committer, "fsyncs", 0),
     }
+    try:
+        held = await node.store.held_back_bytes()
+        gauges["store_disk"] = await node.store.disk_bytes()
+        gauges["store_backlog"] = await node.store.backlog_bytes()
+        gauges["store_held"] = sum(held.values())
+    except StoreError:
+        pass  # every broker group away: the store figures are left out, the rest is scraped
     files = getattr(getattr(getattr(store, "log", None), "commit_log", None), "files", None)
     if files is not None:
         gauges["segments"] = len(files.segments)
@@ -266,10 +270,12 @@ def _mqgw(s: Snapshot) -> Iterator[Metric]:
     yield CounterMetricFamily("mqgw_store_fsyncs", text, value=g["fsyncs"])
     yield _gauge("mqgw_scheduler_ready_queues", "Queues in the push scheduler's ready set",
                  g["ready_set"])  # fmt: skip
-    yield _gauge("mqgw_store_disk_bytes", "Commitlog bytes on disk", g["store_disk"])
-    yield _gauge("mqgw_store_backlog_bytes", "Bytes appended, not yet durable", g["store_backlog"])
-    yield _gauge("mqgw_store_held_back_bytes", "Commitlog bytes kept for unconsumed messages",
-                 g["store_held"])  # fmt: skip
+    if "store_disk" in g:
+        yield _gauge("mqgw_store_disk_bytes", "Commitlog bytes on disk", g["store_disk"])
+        yield _gauge("mqgw_store_backlog_bytes", "Bytes appended, not yet durable",
+                     g["store_backlog"])  # fmt: skip
+        yield _gauge("mqgw_store_held_back_bytes", "Commitlog bytes kept for unconsumed "
+                     "messages", g["store_held"])  # fmt: skip
     if "segments" in g:
         yield _gauge("mqgw_store_segments", "Commitlog segment files", g["segments"])
     yield _gauge("mqgw_consumer_lag_messages", "Messages not yet consumed, all queues",

@@ -65,7 +65,11 @@ class QueueSample(NamedTuple):
 
 
 def queue_unacked(queue: QueueRuntime) -> int:
-    """Delivered and not yet settled: what the exact counts leave over (see QueueRuntime)."""
+    """Delivered and not yet settled: what the exact counts leave over (see QueueRuntime).
+    In a cluster, what this gateway holds out: the counts there see only its own publishes
+    and acks (a get of another gateway's message made them -1)."""
+    if queue.leases is not None:
+        return sum(len(offsets) for offsets in queue.inflight)
     unacked = queue.enqueued - queue.ready_count - queue.acked - queue.dead_lettered
     return unacked - queue.dropped - queue.retried - queue.dropped_by_retention
 

@@ -1,8 +1,9 @@
-"""A broker group down for longer than a gateway waits for it (10 s): gateways keep serving the
-other group's queues, a gateway starts all the same, the queues on the down group answer
-RabbitMQ's 404 for a queue whose home node is down, publishes to them are nacked, and once
-the group is back its queues deliver what they held. (A consumer on such a queue used to end
-the gateway after 10 s, and a gateway would not start while a group was down.)"""
+"""A broker group down for longer than a gateway waits for it (10 s): gateways keep serving
+the other group's queues, a gateway starts all the same, the queues on the down group answer
+RabbitMQ's 404 for a queue whose home node is down (the admin API a 503), publishes to them
+are nacked, and once the group is back its queues deliver what they held. (A consumer on
+such a queue used to end the gateway after 10 s, and a gateway would not start while a group
+was down.)"""
 
 from __future__ import annotations
 
@@ -58,6 +59,12 @@ def test_a_group_down_leaves_the_rest_of_the_cluster_serving(two_groups: TwoGrou
     with pytest.raises(pika.exceptions.NackError):
         ch_b.basic_publish("", down_2, b"while down", PERSISTENT)
     ch_b.basic_publish("", up_2, b"still flows", PERSISTENT)  # confirmed (no NackError)
+    status, body = b.admin("GET", f"/api/queues/%2F/{down_2}")
+    assert (status, body["error"]) == (503, "service_unavailable"), body
+    # (A get of gwA's message here once made gwB count -1 unacknowledged and 0 messages.)
+    detail = b.admin("GET", f"/api/queues/%2F/{up_2}")[1]
+    assert (detail["messages_unacknowledged"], detail["messages"]) == (0, 1), detail
+    assert b.admin("GET", "/metrics")[0] == 200
 
     two_groups.brokers["g2"].start()  # same data, same port
     deadline = time.monotonic() + 30
