@@ -35,8 +35,6 @@ from storage.file_system import FileSystem
 from storage.log_store import read_layout
 from storage.record import COPY_MAGIC, DEST_SIZE, HEADER, HEADER_SIZE, decode_destinations
 
-REDELIVERED_FLAG = 4  # gateway/queues/runtime.py: re-entered its queue after a backoff
-
 
 class ReadOnlyFileSystem(FileSystem):
     """Opens segment files read-only; any write would be a bug here, so none is possible."""

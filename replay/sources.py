@@ -24,7 +24,6 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from replay.amqp_props import as_row, decode
 from replay.log_reader import (
-    REDELIVERED_FLAG,
     LogRecord,
     LogStore,
     QueueName,
@@ -38,6 +37,7 @@ from replay.log_reader import (
 )
 from replay.schema import CAPTURE_ARROW, CAPTURE_COLUMNS, CAPTURE_DDL, empty_row, to_batch
 from replay.trace_format import LineRange, read_range, split_ranges, trace_files
+from storage.record import REDELIVERED
 
 _BATCH_ROWS = 4096
 
@@ -272,7 +272,7 @@ class MqgwLogReader(DataSourceReader):
             queues=[q.name for q in queues],
             destinations=[{"queue_id": q, "partition": p} for q, p in record.destinations],
             flags=record.flags,
-            redelivered=bool(record.flags & REDELIVERED_FLAG),
+            redelivered=bool(record.flags & REDELIVERED),
             broker_group=store.group,
         )
         return row

@@ -52,9 +52,11 @@ ENTRY_SIZE_MASK = RELOCATED_ENTRY - 1
 Destination = tuple[int, int]  # (queue id, partition)
 
 
-# Record flag bits the store reads (the others are the caller's): a persistent message
-# must outlive a restart, so the index entries of an append holding one are never held back.
+# Record flag bits, defined here only. The store reads PERSISTENT: a persistent message must
+# outlive a restart, so the index entries of an append holding one are never held back.
 PERSISTENT = 1
+EXPIRES = 2  # the message carries an AMQP expiration property (queues check it at the head)
+REDELIVERED = 4  # re-entered its queue after a redelivery backoff
 
 
 class Record(NamedTuple):

@@ -29,10 +29,9 @@ from gateway.admin.queues_api import permit as permit_on
 from gateway.admin.queues_api import visible_vhost
 from gateway.admin.topology_api import DEFAULT_EXCHANGE_ALIAS, Json
 from gateway.amqp.events import decode_properties
-from gateway.sessions.publishing import EXPIRES
 from meta.models import User
 from storage import Record
-from storage.record import PERSISTENT
+from storage.record import EXPIRES, PERSISTENT
 
 if TYPE_CHECKING:
     from gateway.node import Node

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from gateway.amqp import property_bytes as pb
 from gateway.features.log_timer import LogTimer, TimerItem, TimerMessage
 from gateway.queues.dead_lettering import DELIVERY_COUNT, DLQ_SUFFIX, with_delivery_count
-from gateway.queues.runtime import REDELIVERED_FLAG
 from storage import Record, StoredMessage, StoreError
+from storage.record import REDELIVERED
 
 if TYPE_CHECKING:
     from gateway.queues.runtime import QueueRuntime
@@ -144,7 +144,7 @@ class Redelivery:
                 m.body,
                 ((queue.queue_id, 0),),
                 m.born_ts_ms,
-                m.flags | REDELIVERED_FLAG,
+                m.flags | REDELIVERED,
             )
             batches.setdefault(m.vhost, []).append(record)
         for name, records in batches.items():
@@ -181,7 +181,7 @@ async def redrive(vhost: VirtualHost, name: str, limit: int) -> tuple[int, int]:
                 bytes(message.body),
                 ((target.queue_id, 0),),
                 message.born_ts_ms,
-                message.flags & ~REDELIVERED_FLAG,
+                message.flags & ~REDELIVERED,
             )
             for _, message in taken
         ]

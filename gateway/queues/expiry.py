@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING
 
 from gateway.amqp import property_bytes as pb
 from storage import StoredMessage
+from storage.record import EXPIRES
 
 if TYPE_CHECKING:
     from gateway.queues.runtime import QueueRuntime
-
-EXPIRATION_FLAG = 2  # the stored record's flag: the message carries an expiration property
 
 
 def wall_ms() -> int:
@@ -27,7 +26,7 @@ def wall_ms() -> int:
 
 def message_expiration(message: StoredMessage) -> int | None:
     """The per-message TTL in ms, read from the property bytes only when flagged."""
-    if not message.flags & EXPIRATION_FLAG:
+    if not message.flags & EXPIRES:
         return None
     try:
         raw = pb.split_properties(message.properties).get(pb.EXPIRATION)
@@ -64,5 +63,5 @@ async def expire_head(queue: QueueRuntime, now_ms: int) -> int | None:
 def _head_may_expire(queue: QueueRuntime) -> bool:
     head = queue._peek_head()
     if head is not None:
-        return bool(head.flags & EXPIRATION_FLAG)
+        return bool(head.flags & EXPIRES)
     return queue.expirations_seen and queue.ready_count > 0

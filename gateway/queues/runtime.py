@@ -41,13 +41,13 @@ from gateway.queues.behaviour import QueueBehaviour, behaviour_of
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.dead_lettering import DeadLettering, stamped
-from gateway.queues.expiry import EXPIRATION_FLAG, deadline_ms, expire_head, wall_ms
+from gateway.queues.expiry import deadline_ms, expire_head, wall_ms
 from gateway.queues.length_limits import LengthLimits
 from gateway.queues.rate_limit import TokenBucket
 from meta.models import QueueDef
 from storage import QUEUE_GROUP, DeliveryProgress, ReadStatus, StoredMessage, StorePort
 from storage.errors import StaleFence, StoreError
-from storage.record import PERSISTENT
+from storage.record import EXPIRES, PERSISTENT, REDELIVERED
 
 if TYPE_CHECKING:
     from gateway.queues.consumer import QueueConsumer as Consumer
@@ -60,7 +60,6 @@ LOW_WATER = 64
 # consumers could take messages but are this far behind is not read until they catch up.
 FLOW_HIGH = 2_000
 FLOW_LOW = 500
-REDELIVERED_FLAG = 4  # re-entered its queue after a redelivery backoff
 
 
 # tuple.__new__ skips a NamedTuple's Python-level __new__ (a frame per message saved).
@@ -233,7 +232,7 @@ class QueueRuntime:
         self.ready_count += 1
         self.ready_bytes += body_size
         self.enqueued += 1
-        if record_flags & EXPIRATION_FLAG:
+        if record_flags & EXPIRES:
             self.expirations_seen = True
 
     def dead_letter_publish(self, publish: Publish, properties: bytes, record_flags: int) -> None:
@@ -316,7 +315,7 @@ class QueueRuntime:
             if taken is None:
                 return None
             partition, message, redelivered = taken
-            if self.behaviour.message_ttl_ms is not None or message.flags & EXPIRATION_FLAG:
+            if self.behaviour.message_ttl_ms is not None or message.flags & EXPIRES:
                 deadline = deadline_ms(message, self.behaviour.message_ttl_ms)
                 now = wall_ms() if now_ms is None else now_ms
                 if deadline is not None and deadline < now and deadline != message.store_ts_ms:
@@ -338,7 +337,7 @@ class QueueRuntime:
                 partition,
                 message,
                 redelivered
-                or bool(message.flags & REDELIVERED_FLAG)
+                or bool(message.flags & REDELIVERED)
                 or message.queue_offset < self.maybe_delivered[partition],
             )
 

@@ -20,7 +20,7 @@ from gateway.queues.runtime import QueueRuntime
 from gateway.routing import UnknownExchange, strip_bcc
 from meta.models import DELAYED_MESSAGE_EXCHANGE_TYPE
 from storage import Record
-from storage.record import PERSISTENT
+from storage.record import EXPIRES, PERSISTENT
 
 if TYPE_CHECKING:
     from gateway.sessions.channel_state import ChannelState
@@ -35,7 +35,6 @@ REPLY_TO_FLAG = 0x0200
 USER_ID_FLAG = 0x0010
 EXPIRATION_FLAG = 0x0100
 _BEFORE_DELIVERY_MODE = 0x8000 | 0x4000 | HEADERS_FLAG  # content-type, -encoding, headers
-EXPIRES = 2  # record flag bit 1: the message has an expiration property
 
 
 class RouteOutcome(NamedTuple):

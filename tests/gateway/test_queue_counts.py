@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from gateway.amqp import property_bytes as pb
 from gateway.queues.dead_letter import DeadLetter
-from gateway.queues.expiry import EXPIRATION_FLAG, wall_ms
+from gateway.queues.expiry import wall_ms
 from gateway.queues.runtime import QueueRuntime
 from meta.models import QueueDef
 from storage import FlushPolicy, Record, StoreConfig, StoredMessage, open_embedded_store
+from storage.record import EXPIRES
 
 OPS = st.one_of(
     st.tuples(st.just("publish"), st.integers(1, 6), st.sampled_from([None, 0, 30, 500])),
@@ -103,7 +104,7 @@ def test_counts_stay_exact(
                 kind = op[0]
                 if kind == "publish":
                     _, count, expiration = op
-                    flags = 0 if expiration is None else EXPIRATION_FLAG
+                    flags = 0 if expiration is None else EXPIRES
                     props = _properties(expiration)
                     body = b"%016d" % wall_ms()  # when it entered (the store's clock is later)
                     for _ in range(count):
