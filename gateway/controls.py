@@ -221,7 +221,7 @@ class Controls:
                 byte_buckets.append(size)
         if not msg_buckets and not byte_buckets:
             return None
-        return Limits(tuple(msg_buckets), tuple(byte_buckets), self.node.scheduler.clock)
+        return Limits(tuple(msg_buckets), tuple(byte_buckets), self.node.scheduler.clock.monotonic)
 
     def _buckets_of(
         self, control: ConsumptionControl
@@ -230,7 +230,7 @@ class Controls:
         buckets = self._buckets.get(control.key)
         if buckets is None:
             share = self.node.gateway_count() if control.scope == "global" else 1
-            now = self.node.scheduler.clock()
+            now = self.node.scheduler.clock.monotonic()
             buckets = (
                 None if control.rate_msgs is None else TokenBucket(control.rate_msgs / share, now),
                 None

@@ -115,6 +115,7 @@ class VirtualHost:
             self._behaviour(definition),
             self._dead_letter,
             self.scheduler.wake,
+            self.scheduler.clock,
         )
         try:
             await self._start(runtime)

@@ -91,7 +91,7 @@ class BroadcastSubscription(QueueRuntime):
 
     def __init__(self, queue: QueueRuntime, group: str, persistent: bool) -> None:
         self.subscriber = SubscriberChoice(queue.consumers)
-        super().__init__(queue.definition, queue.store, choice=self.subscriber)
+        super().__init__(queue.definition, queue.store, choice=self.subscriber, clock=queue.clock)
         self.queue = queue
         self.group = group
         self.persistent = persistent

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from gateway.features.stream import STREAM, StreamQueue
 from gateway.queues.behaviour import QueueBehaviour
+from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.priority import PriorityQueueRuntime
@@ -50,6 +51,8 @@ def new_queue_runtime(
     behaviour: QueueBehaviour | None = None,
     outbox: Callable[[DeadLetter], None] | None = None,
     wake: Callable[[QueueRuntime], None] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> QueueRuntime:
     runtime = runtime_class(definition)
-    return runtime(definition, store, behaviour, outbox, wake, consumer_choice(definition))
+    choice = consumer_choice(definition)
+    return runtime(definition, store, behaviour, outbox, wake, choice, clock)

@@ -28,7 +28,7 @@ only read.
 
 from __future__ import annotations
 
-import time
+import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,6 @@ from gateway.features.stream_offset import (
     parse_stream_offset,
     start_offset,
 )
-from gateway.queues.expiry import wall_ms
 from gateway.queues.runtime import FETCH_BATCH, PumpResult, QueueRuntime
 from meta.checks import queue_type_of
 from meta.errors import resource_name
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
 STREAM = "stream"
 CONSUMER_NAME_ARG = "x-mqgw-stream-consumer-name"
 TRACKED_BIAS = 1 << 61  # added to stored tracked offsets (see the module doc)
+_anonymous = itertools.count()  # numbers the anonymous subscriptions of this process
 
 
 def is_stream(queue: QueueRuntime) -> bool:
@@ -201,7 +201,7 @@ def _check_stream_consume(
     """RabbitMQ's order: the offset argument, then the prefetch, then the ack mode."""
     try:
         spec = parse_stream_offset(
-            arguments.get(STREAM_OFFSET_ARG), types.get(STREAM_OFFSET_ARG), wall_ms()
+            arguments.get(STREAM_OFFSET_ARG), types.get(STREAM_OFFSET_ARG), queue.clock.wall_ms()
         )
     except InvalidStreamOffset as invalid:
         raise PreconditionFailed(
@@ -248,7 +248,8 @@ async def consumer_queue(
     spec = _check_stream_consume(queue, channel, arguments, types, consume.no_ack)
     name = arguments.get(CONSUMER_NAME_ARG)
     persistent = isinstance(name, str)
-    group = f"stream:{name}" if persistent else f"stream:{session.id}:{tag}:{time.monotonic()}"
+    # An anonymous position is its consumer's alone: a fresh group for every subscription.
+    group = f"stream:{name}" if persistent else f"stream:{session.id}:{tag}:{next(_anonymous)}"
     subscriptions = broadcasts.by_queue.setdefault(queue, {})
     subscription = subscriptions.get(group)
     if subscription is None:

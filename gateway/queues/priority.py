@@ -43,6 +43,7 @@ import anyio
 
 from gateway.queues import repositioning
 from gateway.queues.behaviour import QueueBehaviour
+from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.priority_index import Level, firsts, max_priority_of, message_priority
@@ -66,8 +67,9 @@ class PriorityQueueRuntime(QueueRuntime):
         outbox: Callable[[DeadLetter], None] | None = None,
         wake: Callable[[QueueRuntime], None] | None = None,
         choice: ConsumerChoice | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(definition, store, behaviour, outbox, wake, choice)
+        super().__init__(definition, store, behaviour, outbox, wake, choice, clock)
         maximum = max_priority_of(definition.arguments)
         self.max_priority = 0 if maximum is None else maximum
         self.levels = [Level() for _ in range(self.max_priority + 1)]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
@@ -38,10 +37,11 @@ import anyio
 from gateway.amqp import Publish
 from gateway.queues import repositioning
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
+from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.dead_lettering import DeadLettering, stamped
-from gateway.queues.expiry import deadline_ms, expire_head, wall_ms
+from gateway.queues.expiry import deadline_ms, expire_head
 from gateway.queues.length_limits import LengthLimits
 from gateway.queues.rate_limit import TokenBucket
 from meta.models import QueueDef
@@ -83,8 +83,10 @@ class QueueRuntime:
         outbox: Callable[[DeadLetter], None] | None = None,
         wake: Callable[[QueueRuntime], None] | None = None,
         choice: ConsumerChoice | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.definition = definition
+        self.clock = clock  # the scheduler's: x-expires idle time and TTL deadlines
         self.name = definition.name
         self.queue_id = definition.queue_id
         self.partitions = definition.partitions
@@ -135,7 +137,7 @@ class QueueRuntime:
         self.rate_wake_at = 0.0  # when a rate-limited pump may deliver again
         self.parked_until = 0.0  # scheduler clock time of this queue's pending timer, if any
         self.caught_up_event: anyio.Event | None = None  # publishers waiting (flow control)
-        self.last_used = time.monotonic()  # for x-expires
+        self.last_used = clock.monotonic()  # for x-expires (touch() renews it)
         # Exact counts: published = ready + unacked + acked + dead_lettered + dropped.
         self.ready_count = 0
         self.ready_bytes = 0
@@ -202,13 +204,17 @@ class QueueRuntime:
 
     # -- consumers ------------------------------------------------------------------------
 
+    def touch(self) -> None:
+        """The queue was used (a declare, a get, a consumer came or went): renews x-expires."""
+        self.last_used = self.clock.monotonic()
+
     def add_consumer(self, consumer: Consumer) -> None:
         self.choice.add(consumer)
-        self.last_used = time.monotonic()
+        self.touch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         wake = self.choice.remove(consumer)
-        self.last_used = time.monotonic()
+        self.touch()
         if wake and self.wake is not None:
             self.wake(self)
 
@@ -317,7 +323,7 @@ class QueueRuntime:
             partition, message, redelivered = taken
             if self.behaviour.message_ttl_ms is not None or message.flags & EXPIRES:
                 deadline = deadline_ms(message, self.behaviour.message_ttl_ms)
-                now = wall_ms() if now_ms is None else now_ms
+                now = self.clock.wall_ms() if now_ms is None else now_ms
                 if deadline is not None and deadline < now and deadline != message.store_ts_ms:
                     self.leave(partition, message, "expired")
                     continue
@@ -611,7 +617,7 @@ class QueueRuntime:
 
     def _pump(self, quota: int, byte_limit: TokenBucket | None, now: float) -> PumpResult:
         delivered = 0
-        now_ms = wall_ms()
+        now_ms = self.clock.wall_ms()
         next_consumer = self.next_consumer
         while delivered < quota:
             if not self.has_buffered():
@@ -657,7 +663,7 @@ class QueueRuntime:
             stats = await self.store.queue_stats(self.queue_id)
             return stats.ready
         if self.behaviour.message_ttl_ms is not None or self.expirations_seen:
-            await self.expire(wall_ms())
+            await self.expire(self.clock.wall_ms())
         if self.leases is None:
             return self.ready_count
         return await self.ready_in_store()

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import anyio
 
 from gateway.observe.histogram import Histogram
-from gateway.queues.expiry import wall_ms
+from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.runtime import FLOW_LOW, PumpResult, QueueRuntime
 from storage import StoreError
 
@@ -35,12 +35,10 @@ YIELD_EVERY_S = 0.002  # a push task gives the event loop a turn at least this o
 
 
 class PushScheduler:
-    def __init__(
-        self, tasks: int = 2, quota: int = 64, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, tasks: int = 2, quota: int = 64, clock: Clock = SYSTEM_CLOCK) -> None:
         self.tasks = tasks
         self.quota = quota
-        self.clock = clock
+        self.clock = clock  # the node's: queues, controls and features read the same one
         self._ready: deque[QueueRuntime] = deque()
         self._wakeup = anyio.Event()
         self._timers: list[tuple[float, int, QueueRuntime]] = []
@@ -99,7 +97,7 @@ class PushScheduler:
             self.wake(queue)
             return
         try:
-            result = queue.pump(self.quota, self.clock())
+            result = queue.pump(self.quota, self.clock.monotonic())
         except Exception:  # as in a turn: logged, and the publisher goes on
             log.exception("push to queue %r failed", queue.name)
             return
@@ -117,6 +115,8 @@ class PushScheduler:
             tg.start_soon(self._timer_loop)
 
     async def _push_loop(self) -> None:
+        # Slices of real CPU time, not of the node's clock: a fake clock in a test must not
+        # keep a push task from yielding.
         clock = time.perf_counter
         yielded = clock()
         while True:
@@ -138,7 +138,7 @@ class PushScheduler:
         if not self._ready:
             return False
         queue = self._ready.popleft()
-        started = time.perf_counter()
+        started = time.perf_counter()  # measures work done, like the yield slices
         try:
             again = await self._serve(queue)
         except StoreError as error:
@@ -149,7 +149,7 @@ class PushScheduler:
                 log.warning("push to queue %r: %s; retrying every %.1f s", queue.name, error,
                             RETRY_S)  # fmt: skip
             queue.scheduled = False
-            self._park(queue, self.clock() + RETRY_S)
+            self._park(queue, self.clock.monotonic() + RETRY_S)
             return True
         except Exception:
             log.exception("push to queue %r failed", queue.name)
@@ -165,7 +165,7 @@ class PushScheduler:
 
     async def _serve(self, queue: QueueRuntime) -> bool:
         queue.rewake = False
-        now = self.clock()
+        now = self.clock.monotonic()
         if queue.consumers and not queue.paused and queue.holds_all_leases():
             await queue.fill()
             if queue.leases is not None and queue.behaviour.has_limits and queue.over_limit():
@@ -185,16 +185,16 @@ class PushScheduler:
         # Nobody takes the head now: let what expired leave, and come back when more will.
         behaviour = queue.behaviour
         if behaviour.message_ttl_ms is not None or queue.expirations_seen:
-            now_ms = wall_ms()
+            now_ms = self.clock.wall_ms()
             deadline = await queue.expire(now_ms)
             if deadline is not None:
                 self._park(queue, now + max(0, deadline - now_ms + 1) / 1000)
         if behaviour.expires_ms is not None and not queue.consumers and self.on_unused:
             idle_until = queue.last_used + behaviour.expires_ms / 1000
-            if time.monotonic() >= idle_until:
+            if now >= idle_until:
                 await self.on_unused(queue)
             else:
-                self._park(queue, now + idle_until - time.monotonic())
+                self._park(queue, idle_until)
         return False
 
     # -- rate-limit timers: one heap and one task for the whole node ----------------------
@@ -218,6 +218,8 @@ class PushScheduler:
     async def _timer_loop(self) -> None:
         while True:
             self._timer_changed = anyio.Event()
-            due = self.wake_due(self.clock())
-            with anyio.move_on_after(3600 if due is None else max(0.0, due - self.clock())):
+            due = self.wake_due(self.clock.monotonic())
+            with anyio.move_on_after(
+                3600 if due is None else max(0.0, due - self.clock.monotonic())
+            ):
                 await self._timer_changed.wait()

@@ -261,7 +261,7 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
         except AccessRefused:
             await vhost.delete_queue(queue.name, session.owner_id)
             raise
-    queue.last_used = time.monotonic()  # a declare, passive too, renews x-expires
+    queue.touch()  # a declare, passive too, renews x-expires
     channel.last_queue = queue.name
     count = await session.node.broadcasts.message_count(queue)
     # The name may be any UTF-8 (pamqp's constructor allows ASCII names only).
@@ -425,7 +425,7 @@ def may_get(session: Session, queue: QueueRuntime) -> bool:
     (gateway/controls.py)."""
     if queue.paused or (session.stopped and not queue.control_running):
         return False
-    now = session.node.scheduler.clock()
+    now = queue.clock.monotonic()
     for bucket in (queue.rate_limit, queue.byte_limit):
         if bucket is not None and bucket.available(now) < 1:
             return False
@@ -433,7 +433,7 @@ def may_get(session: Session, queue: QueueRuntime) -> bool:
 
 
 def took_tokens(session: Session, queue: QueueRuntime, body_bytes: int) -> None:
-    now = session.node.scheduler.clock()
+    now = queue.clock.monotonic()
     if queue.rate_limit is not None:
         queue.rate_limit.take(1, now)
     if queue.byte_limit is not None:
@@ -449,7 +449,7 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
     _exclusive_check(session, queue, 60, 70)
     if stream_queue.is_stream(queue):
         raise stream_queue.not_supported("basic.get", queue, 60, 70)
-    queue.last_used = time.monotonic()
+    queue.touch()
     if not may_get(session, queue):  # stopped or throttled by an operator: nothing to get
         _send(session, channel, commands.Basic.GetEmpty())
         return

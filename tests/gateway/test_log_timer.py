@@ -31,31 +31,24 @@ from storage import (
     StoreWriteError,
     open_embedded_store,
 )
+from tests.harness.clock import T0_MS, FakeClock
 
 LEVELS = [0, 100, 1000, 5000]
-T0 = 1_700_000_000_000
+T0 = T0_MS
 KIND = 3
 TARGET_QUEUE = 7
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Fired:
     """A fire handler: notes (time, body) and appends each item to TARGET_QUEUE."""
 
-    def __init__(self, clock: Clock, store: EmbeddedStore) -> None:
+    def __init__(self, clock: FakeClock, store: EmbeddedStore) -> None:
         self.clock = clock
         self.store = store
         self.log: list[tuple[int, bytes]] = []
 
     async def __call__(self, items: list[TimerItem]) -> None:
-        self.log.extend((self.clock.now, item.message.body) for item in items)
+        self.log.extend((self.clock.now_ms, item.message.body) for item in items)
         await self.store.append(
             [Record(b"", b"", b"", item.message.body, ((TARGET_QUEUE, 0),)) for item in items]
         )
@@ -67,7 +60,7 @@ def message(body: bytes) -> TimerMessage:
 
 @asynccontextmanager
 async def timer_on(
-    path: Path, clock: Clock, levels: Sequence[int] = LEVELS, store_type: type = EmbeddedStore
+    path: Path, clock: FakeClock, levels: Sequence[int] = LEVELS, store_type: type = EmbeddedStore
 ) -> AsyncIterator[tuple[LogTimer, Fired]]:
     config = StoreConfig(path, flush=FlushPolicy.ASYNC, segment_size_bytes=64 << 20)
     async with open_embedded_store(config, clock=clock) as opened:
@@ -84,15 +77,15 @@ async def schedule(timer: LogTimer, due_ms: int, body: bytes) -> None:
     await timer.add([timer.schedule(KIND, due_ms, message(body))])
 
 
-async def drive(timer: LogTimer, clock: Clock, until_ms: int) -> None:
+async def drive(timer: LogTimer, clock: FakeClock, until_ms: int) -> None:
     """Run passes, moving the clock straight to each next wake-up the timer asks for."""
     for _ in range(10_000):
         wake = await timer.process()
         if wake is None or wake > until_ms:
-            clock.now = until_ms
+            clock.now_ms = until_ms
             await timer.process()
             return
-        clock.now = max(clock.now, wake)
+        clock.now_ms = max(clock.now_ms, wake)
     raise AssertionError("the timer never went idle")
 
 
@@ -103,7 +96,7 @@ async def level_counts(store: EmbeddedStore) -> list[int]:
 
 @pytest.mark.anyio
 async def test_items_fire_exactly_once_due_in_due_order_across_levels(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     delays = [0, 1, 50, 99, 100, 101, 950, 1000, 1234, 4999, 5000, 7777, 20_000]
     async with timer_on(tmp_path, clock) as (timer, fired):
         for delay in reversed(delays):
@@ -119,17 +112,17 @@ async def test_items_fire_exactly_once_due_in_due_order_across_levels(tmp_path: 
 
 @pytest.mark.anyio
 async def test_a_due_time_already_past_fires_at_once(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         await schedule(timer, T0 - 5000, b"late")
-        clock.now += 1
+        clock.now_ms += 1
         await timer.process()
         assert fired.log == [(T0 + 1, b"late")]
 
 
 @pytest.mark.anyio
 async def test_hops_take_the_largest_level_that_fits(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         await schedule(timer, T0 + 2350, b"m")
         assert await level_counts(timer.store) == [0, 0, 1, 0] + [0] * 28
@@ -142,10 +135,10 @@ async def test_hops_take_the_largest_level_that_fits(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_late_read_hop_keeps_its_level_instead_of_cascading(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         await schedule(timer, T0 + 2000, b"m")
-        clock.now = T0 + 1004  # the timer gets to the ripe head 4 ms late
+        clock.now_ms = T0 + 1004  # the timer gets to the ripe head 4 ms late
         await timer.process()
         assert await level_counts(timer.store) == [0, 0, 2, 0] + [0] * 28  # one hop, to 1000
         await drive(timer, clock, T0 + 3000)
@@ -155,9 +148,9 @@ async def test_a_late_read_hop_keeps_its_level_instead_of_cascading(tmp_path: Pa
 
 @pytest.mark.anyio
 async def test_a_delay_of_exactly_one_level_lands_on_it(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
-        clock.now = T0 + 3  # scheduling happens a little after the publish
+        clock.now_ms = T0 + 3  # scheduling happens a little after the publish
         await timer.add([timer.schedule(KIND, T0 + 1000, message(b"m"), now_ms=T0)])
         assert await level_counts(timer.store) == [0, 0, 1, 0] + [0] * 28
         await drive(timer, clock, T0 + 2000)
@@ -185,7 +178,7 @@ def test_levels_follow_the_ladder_and_stay_under_the_retention_cap() -> None:
 
 @pytest.mark.anyio
 async def test_schedule_at_level_is_due_after_that_level(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         await timer.add([timer.schedule_at_level(KIND, 2, message(b"retry"), attempt=2)])
         assert await level_counts(timer.store) == [0, 0, 1, 0] + [0] * 28
@@ -196,7 +189,7 @@ async def test_schedule_at_level_is_due_after_that_level(tmp_path: Path) -> None
 
 @pytest.mark.anyio
 async def test_committed_offset_is_the_lowest_unsettled_item(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         for delay in (90, 10, 50):  # all level 0, waiting in the heap
             await schedule(timer, T0 + delay, b"%d" % delay)
@@ -222,7 +215,7 @@ async def test_committed_offset_is_the_lowest_unsettled_item(tmp_path: Path) -> 
 async def test_a_restart_reads_unsettled_items_again_and_settled_ones_never(
     tmp_path: Path,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         await schedule(timer, T0 + 20, b"early")
         await schedule(timer, T0 + 450, b"in-heap")  # hops on level 100 until 50 ms are left
@@ -239,7 +232,7 @@ async def test_a_restart_reads_unsettled_items_again_and_settled_ones_never(
 
 @pytest.mark.anyio
 async def test_without_a_commit_everything_is_read_again(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         await schedule(timer, T0 + 20, b"a")
         await drive(timer, clock, T0 + 30)
@@ -266,12 +259,12 @@ async def test_an_unripe_level_costs_one_record_read_not_memory(tmp_path: Path) 
             reads.append(len(result.messages))
             return result
 
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock, store_type=CountingStore) as (timer, fired):
         for i in range(5000):
             await timer.store.append([timer.schedule(KIND, T0 + 6000 + i, message(b"x" * 100))])
             if i % 500 == 0:
-                clock.now += 1
+                clock.now_ms += 1
                 await timer.process()
         for _ in range(20):
             await timer.process()
@@ -294,7 +287,7 @@ async def test_a_failed_append_leaves_items_unsettled_and_retries(tmp_path: Path
                 raise StoreWriteError("disk on fire")
             return await super().append(records, wait_durable)
 
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock, store_type=FlakyStore) as (timer, fired):
         await schedule(timer, T0 + 10, b"m")
         await drive(timer, clock, T0 + 5000)
@@ -308,7 +301,7 @@ async def test_a_failed_append_leaves_items_unsettled_and_retries(tmp_path: Path
 
 @pytest.mark.anyio
 async def test_bad_records_and_unknown_kinds_are_dropped_and_counted(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         garbage = Record(b"", b"", b"\x09not-an-envelope-at-all", b"", ((TIMER_QUEUE_ID, 0),))
         stranger = timer_record(99, T0 + 1, 0, message(b"who"))
@@ -323,7 +316,7 @@ async def test_bad_records_and_unknown_kinds_are_dropped_and_counted(tmp_path: P
 
 @pytest.mark.anyio
 async def test_levels_from_a_longer_configuration_still_drain(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with timer_on(tmp_path, clock) as (timer, fired):
         await schedule(timer, T0 + 6000, b"deep")
         assert (await level_counts(timer.store))[3] == 1

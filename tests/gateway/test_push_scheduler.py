@@ -17,6 +17,7 @@ from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.models import QueueDef
 from storage import EmbeddedStore, FlushPolicy, Record, StoreConfig, open_embedded_store
 from tests.gateway.stub_session import StubSession
+from tests.harness.clock import FakeClock
 
 
 def _config(tmp_path: Path) -> StoreConfig:
@@ -164,18 +165,18 @@ def test_rate_limit_holds_within_ten_percent(tmp_path: Path) -> None:
         async with open_embedded_store(_config(tmp_path)) as store:
             (queue,) = await _queues(store, 1)
             await _publish(store, queue, 20_000)
-            now = [0.0]
+            clock = FakeClock()
             session = StubSession()
-            scheduler = PushScheduler(quota=64, clock=lambda: now[0])
+            scheduler = PushScheduler(quota=64, clock=clock)
             _consume(session, queue)
-            queue.rate_limit = TokenBucket(500, now[0])
+            queue.rate_limit = TokenBucket(500, clock.monotonic())
             scheduler.wake(queue)
             per_second = []
             for _second in range(4):
                 start = len(session.deliveries)
                 for _ in range(100):  # 10 ms steps of simulated time
-                    now[0] += 0.01
-                    scheduler.wake_due(now[0])
+                    clock.advance(0.01)
+                    scheduler.wake_due(clock.monotonic())
                     while await scheduler.turn():
                         pass
                 per_second.append(len(session.deliveries) - start)
@@ -251,3 +252,45 @@ def test_publishers_wait_while_a_consumable_queue_is_far_behind(tmp_path: Path) 
     assert not idle and behind
     assert FLOW_LOW - 64 < ready <= FLOW_LOW
     assert stuck_released and not still_congested
+
+
+def test_x_expires_and_ttl_follow_the_clock_passed_in(tmp_path: Path) -> None:
+    """An hour of x-expires and a minute of TTL pass in no real time: the scheduler and the
+    queue read only the clock they were given."""
+
+    async def scenario() -> tuple[list[str], int, int]:
+        clock = FakeClock()
+        async with open_embedded_store(_config(tmp_path), clock=clock) as store:
+            definition = QueueDef(
+                vhost="/",
+                name="idle",
+                queue_id=1,
+                arguments={"x-expires": 3_600_000, "x-message-ttl": 60_000},
+            )
+            await store.create_queue(1, 1)
+            await store.append([Record(b"", b"", b"", b"m", ((1, 0),))], wait_durable=False)
+            queue = QueueRuntime(definition, store, clock=clock)
+            await queue.start()  # counts the message
+            scheduler = PushScheduler(clock=clock)
+            expired: list[str] = []
+
+            async def on_unused(runtime: QueueRuntime) -> None:
+                expired.append(runtime.name)
+
+            scheduler.on_unused = on_unused
+            scheduler.wake(queue)
+            while await scheduler.turn():
+                pass
+            before = await queue.message_count()
+            clock.advance(61)  # past the TTL: the message goes, the queue stays
+            after_ttl = await queue.message_count()
+            assert not expired
+            clock.advance(3600)  # past x-expires
+            scheduler.wake_due(clock.monotonic())
+            while await scheduler.turn():
+                pass
+            return expired, before, after_ttl
+
+    expired, before, after_ttl = anyio.run(scenario)
+    assert (before, after_ttl) == (1, 0)
+    assert expired == ["idle"]

@@ -12,13 +12,7 @@ import pytest
 from gateway.queues.runtime import QueueRuntime
 from meta.models import QueueDef
 from storage import FlushPolicy, Record, StoreConfig, open_embedded_store
-
-
-class Clock:
-    now_ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now_ms
+from tests.harness.clock import FakeClock
 
 
 def test_retention_losses_are_counted_and_logged(
@@ -32,7 +26,7 @@ def test_retention_losses_are_counted_and_logged(
         max_record_bytes=1024,
         retention_ms=60_000,
     )
-    clock = Clock()
+    clock = FakeClock(1_000_000)
 
     async def scenario() -> tuple[int, int, int, list[bytes]]:
         async with open_embedded_store(config, clock=clock) as store:

@@ -18,6 +18,7 @@ from gateway.cluster.backlog import (
 )
 from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
 from storage import PartitionStats, QueueStats
+from tests.harness.clock import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -42,24 +43,18 @@ class StubStore:
         return QueueStats(queue_id, [part], part.ready, 0)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 QUEUE = cast(QueueRuntime, SimpleNamespace(queue_id=7))
 
 
-def backlog() -> tuple[RemoteBacklog, StubStore, Clock]:
-    store, clock = StubStore(), Clock()
-    return RemoteBacklog(cast(Any, store), clock), store, clock
+def backlog() -> tuple[RemoteBacklog, StubStore, FakeClock]:
+    store, clock = StubStore(), FakeClock()
+    return RemoteBacklog(cast(Any, store), clock.monotonic), store, clock
 
 
-async def sample_at(remote: RemoteBacklog, clock: Clock, step_s: float = 2 * SAMPLE_TTL_S) -> Any:
-    clock.now += step_s
+async def sample_at(
+    remote: RemoteBacklog, clock: FakeClock, step_s: float = 2 * SAMPLE_TTL_S
+) -> Any:
+    clock.advance(step_s)
     return await remote.sample(QUEUE)
 
 
@@ -88,7 +83,7 @@ async def test_samples_are_cached_and_one_read_serves_every_waiter() -> None:
     await remote.sample(QUEUE)
     await remote.sample(QUEUE)
     assert store.calls == 1  # within SAMPLE_TTL_S
-    clock.now += 2 * SAMPLE_TTL_S
+    clock.advance(2 * SAMPLE_TTL_S)
     store.gate = anyio.Event()
     results: list[Any] = []
 
@@ -133,7 +128,7 @@ async def test_samples_of_queues_no_longer_published_to_are_let_go() -> None:
     store.report = (5, 1, 10)
     for queue_id in range(SAMPLES_KEPT):
         await remote.sample(cast(QueueRuntime, SimpleNamespace(queue_id=queue_id)))
-    clock.now += SAMPLE_KEEP_S + 1
+    clock.advance(SAMPLE_KEEP_S + 1)
     newest = cast(QueueRuntime, SimpleNamespace(queue_id=SAMPLES_KEPT))
     await remote.sample(newest)  # one more than kept: the ones unread for long go
     assert list(remote._samples) == [SAMPLES_KEPT]

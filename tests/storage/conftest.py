@@ -37,14 +37,6 @@ class FaultyFileSystem(FileSystem):
         os.fsync(fd)
 
 
-class FakeClock:
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
 @pytest.fixture
 def small_config(tmp_path: Path) -> StoreConfig:
     return StoreConfig(

@@ -15,7 +15,7 @@ from storage import (
     StoreLocked,
     UnknownQueue,
 )
-from tests.storage.conftest import FakeClock
+from tests.harness.clock import FakeClock
 from tests.storage.helpers import bodies, rec
 
 

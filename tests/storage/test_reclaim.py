@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage import QUEUE_GROUP, LogStore, open_embedded_store
-from tests.storage.conftest import FakeClock
+from tests.harness.clock import FakeClock
 from tests.storage.helpers import rec
 from tests.storage.reading_model import FILL, ReadingModel, make_durable, small_config
 
