@@ -141,6 +141,11 @@ class ServerConnection:
         return self.state is ConnectionState.CLOSED
 
     @property
+    def close_awaited(self) -> AMQPError | None:
+        """The error of the connection.close we sent while its close-ok is awaited."""
+        return self._close_error if self.state is ConnectionState.CLOSING else None
+
+    @property
     def channel_max(self) -> int:
         return self._channels.channel_max
 

@@ -81,7 +81,7 @@ async def serve_connection(node: Node, stream: ByteStream) -> None:
     finally:
         with anyio.CancelScope(shield=True):
             if not session.close_reason:
-                session.close_reason = "client went away"
+                session.close_reason = _gone(session, "client went away")
             await session.release()
         node.sessions.discard(session)
 
@@ -96,6 +96,13 @@ def _is_disconnect(error: BaseException) -> bool:
     return isinstance(error, _DISCONNECTS)
 
 
+def _gone(session: Session, otherwise: str) -> str:
+    """Why a connection ended when its socket went: the close we had sent, if any (a
+    shutdown's 320: pika closes the socket without answering close-ok), else ``otherwise``."""
+    sent = session.conn.close_awaited
+    return sent.reply_text if sent is not None else otherwise
+
+
 async def _read_loop(session: Session, stream: ByteStream) -> None:
     conn = session.conn
     while not conn.closed and not session.closing:
@@ -103,7 +110,9 @@ async def _read_loop(session: Session, stream: ByteStream) -> None:
         try:
             data = await stream.receive(READ_SIZE)
         except (anyio.EndOfStream, anyio.BrokenResourceError):
-            session.close_reason = session.close_reason or "client closed the socket"
+            session.close_reason = session.close_reason or _gone(
+                session, "client closed the socket"
+            )
             return
         await session.handle_events(conn.receive_data(data))
         session.mark_dirty()
