@@ -26,13 +26,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gateway.features.broadcast import connection_name
+from gateway.ports import ConnectionPort, ControlledNode
 from gateway.queues.rate_limit import Limits, TokenBucket
 from meta.models import CONTROL_SCOPES, ConsumptionControl, ControlScope
 
 if TYPE_CHECKING:
-    from gateway.node import Node
     from gateway.queues.runtime import QueueRuntime
-    from gateway.sessions.session import Session
 
 log = logging.getLogger("mqgw.controls")
 
@@ -47,13 +46,13 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def client_address(session: Session) -> str:
+def client_address(session: ConnectionPort) -> str:
     host = session.peer.rsplit(":", 1)[0]
     return host.strip("[]")
 
 
 class Controls:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ControlledNode) -> None:
         self.node = node
         self._controls: dict[Key, ConsumptionControl] = {}
         self._buckets: dict[Key, tuple[TokenBucket | None, TokenBucket | None]] = {}
@@ -67,11 +66,11 @@ class Controls:
     def get(self, key: Key) -> ConsumptionControl | None:
         return self._controls.get(key)
 
-    def _session_chain(self, session: Session) -> list[ConsumptionControl]:
+    def _session_chain(self, session: ConnectionPort) -> list[ConsumptionControl]:
         """The controls that apply to a connection, widest first."""
         keys = [key_of("global"), key_of("node", name=self.node.name)]
         keys.append(key_of("client", name=client_address(session)))
-        client = connection_name(session.conn.client_properties)
+        client = connection_name(session.client_properties)
         if client:  # after the address: a control for the name is the more specific one
             keys.append(key_of("client", name=client))
         keys.append(key_of("connection", name=session.name))
@@ -106,14 +105,14 @@ class Controls:
         """What holds for every consumer of the queue (connection scopes may add to it)."""
         return self._summary(self._queue_chain(vhost, queue))
 
-    def effective_for_session(self, session: Session) -> dict[str, Any]:
+    def effective_for_session(self, session: ConnectionPort) -> dict[str, Any]:
         return self._summary(self._session_chain(session))
 
     # -- changing -------------------------------------------------------------------------
 
     async def load(self) -> None:
         for control in await self.node.meta.list_controls():
-            if control.scope == "connection" and self.node.cluster is None:
+            if control.scope == "connection" and not self.node.clustered:
                 # Connections do not outlive the node: their controls went with them. (In a
                 # cluster the other gateways' connections live on: theirs stay.)
                 await self.node.meta.delete_control(*control.key)
@@ -179,7 +178,7 @@ class Controls:
         for key in [k for k in self._controls if k[0] == "queue" and k[1] == vhost]:
             await self.clear(key)
 
-    async def session_closed(self, session: Session) -> None:
+    async def session_closed(self, session: ConnectionPort) -> None:
         """A connection control goes with its connection (its name is never seen again)."""
         if key_of("connection", name=session.name) in self._controls:
             await self.clear(key_of("connection", name=session.name))
@@ -190,13 +189,12 @@ class Controls:
         """Recompute every connection and queue, then wake the queues that may deliver."""
         for session in self.node.sessions:
             self.attach_session(session)
-        for vhost in self.node.vhosts.values():
-            for queue in vhost.queues.values():
-                self.attach_queue(queue)
-                if queue.consumers:
-                    self.node.scheduler.wake(queue)
+        for queue in self.node.all_queues():
+            self.attach_queue(queue)
+            if queue.consumers:
+                self.node.scheduler.wake(queue)
 
-    def attach_session(self, session: Session) -> None:
+    def attach_session(self, session: ConnectionPort) -> None:
         chain = self._session_chain(session)
         session.stopped = self._summary(chain)["state"] == "stopped"
         session.limits = self._limits(chain)

@@ -85,7 +85,7 @@ class Node:
         self.memory_alarm = ResourceAlarm("memory", limit, int(limit * 0.9))
         self.alarms = Alarms(self.disk_alarm, self.store_alarm, self.memory_alarm)
         self.next_resource_look = 0  # store offset past which a publish batch looks again
-        self.direct_replies = DirectReplies()
+        self.direct_replies: DirectReplies[ChannelState] = DirectReplies()
         self.timer = LogTimer(
             store,
             settings.timer_levels_ms or DEFAULT_LEVELS_MS,
@@ -120,6 +120,10 @@ class Node:
             "refusing connection from %s: %d connections from this address (the cap)", host, cap
         )
         return False
+
+    @property
+    def clustered(self) -> bool:
+        return self.cluster is not None
 
     def gateway_count(self) -> int:
         """Gateways sharing cluster-wide rate limits (an embedded node is alone)."""

@@ -44,8 +44,8 @@ from meta.errors import resource_name
 from meta.models import QueueDef
 
 if TYPE_CHECKING:
+    from gateway.ports import ConnectionPort
     from gateway.queues.consumer import QueueConsumer as Consumer
-    from gateway.sessions.session import Session
 
 CONSUME_MODE_ARG = "x-consume-mode"
 BROADCAST = "broadcast"
@@ -160,14 +160,14 @@ class Broadcasts:
         self.by_queue: dict[QueueRuntime, dict[str, BroadcastSubscription]] = {}
 
     async def consumer_queue(
-        self, queue: QueueRuntime, session: Session, tag: str, tag_given: bool
+        self, queue: QueueRuntime, connection: ConnectionPort, tag: str, tag_given: bool
     ) -> QueueRuntime:
         """What a new consumer of ``queue`` reads: the queue, or its own subscription."""
         if not is_broadcast(queue.definition):
             return queue
-        name = connection_name(session.conn.client_properties)
+        name = connection_name(connection.client_properties)
         persistent = bool(name) and tag_given
-        group = f"broadcast:{name if persistent else session.id}:{tag}"
+        group = f"broadcast:{name if persistent else connection.id}:{tag}"
         return await self.subscribe(queue, group, persistent)
 
     async def subscribe(

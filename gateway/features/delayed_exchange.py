@@ -38,7 +38,7 @@ from meta.models import BUILTIN_EXCHANGE_TYPES, DELAYED_MESSAGE_EXCHANGE_TYPE
 from storage import Record
 
 if TYPE_CHECKING:
-    from gateway.vhost import VirtualHost
+    from gateway.ports import VhostPort
 
 log = logging.getLogger("mqgw.delayed")
 
@@ -111,7 +111,7 @@ def hold(
 class DelayedDelivery:
     """The timer's fire handler for this exchange: route at delivery time, append normally."""
 
-    def __init__(self, vhosts: Mapping[str, VirtualHost]) -> None:
+    def __init__(self, vhosts: Mapping[str, VhostPort]) -> None:
         self.vhosts = vhosts
         self.delivered = 0
         self.unroutable = 0
@@ -140,7 +140,7 @@ class DelayedDelivery:
             log.warning("%d delayed message(s) dropped: their exchange was deleted", dropped)
 
 
-def _deliverable(vhost: VirtualHost, m: TimerMessage) -> Record | None:
+def _deliverable(vhost: VhostPort, m: TimerMessage) -> Record | None:
     """The message as a normal record for the queues it reaches now (None: unroutable)."""
     properties = decode_properties(m.properties)
     headers = properties.headers

@@ -11,22 +11,23 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
-if TYPE_CHECKING:
-    from gateway.sessions.channel_state import ChannelState
+from gateway.ports import ReplyChannel
+
+Channel = TypeVar("Channel", bound=ReplyChannel)
 
 REPLY_QUEUE = "amq.rabbitmq.reply-to"
 REPLY_PREFIX = REPLY_QUEUE + "."
 
 
-class DirectReplies:
+class DirectReplies(Generic[Channel]):
     """Node-wide: reply key -> (channel, consumer tag)."""
 
     def __init__(self) -> None:
-        self._by_key: dict[str, tuple[ChannelState, str]] = {}
+        self._by_key: dict[str, tuple[Channel, str]] = {}
 
-    def register(self, channel: ChannelState, consumer_tag: str) -> str:
+    def register(self, channel: Channel, consumer_tag: str) -> str:
         key = base64.urlsafe_b64encode(os.urandom(18)).decode()
         self._by_key[key] = (channel, consumer_tag)
         return key
@@ -34,7 +35,7 @@ class DirectReplies:
     def unregister(self, key: str) -> None:
         self._by_key.pop(key, None)
 
-    def lookup(self, routing_key: str) -> tuple[ChannelState, str] | None:
+    def lookup(self, routing_key: str) -> tuple[Channel, str] | None:
         target = self._by_key.get(routing_key[len(REPLY_PREFIX) :])
         if target is None or target[0].closing:
             return None

@@ -26,8 +26,8 @@ from storage import Record, StoredMessage, StoreError
 from storage.record import REDELIVERED
 
 if TYPE_CHECKING:
+    from gateway.ports import VhostPort
     from gateway.queues.runtime import QueueRuntime
-    from gateway.vhost import VirtualHost
 
 log = logging.getLogger("mqgw.redelivery")
 
@@ -58,14 +58,14 @@ def delivery_count(properties: bytes | memoryview) -> int:
 class Redelivery:
     def __init__(
         self,
-        vhosts: Mapping[str, VirtualHost],
+        vhosts: Mapping[str, VhostPort],
         timer: LogTimer,
         ladder_ms: tuple[int, ...] = DEFAULT_LADDER_MS,
     ) -> None:
         self.vhosts = vhosts
         self.timer = timer
         self.ladder_ms = ladder_ms
-        self._waiting: list[tuple[VirtualHost, QueueRuntime, int, StoredMessage, int]] = []
+        self._waiting: list[tuple[VhostPort, QueueRuntime, int, StoredMessage, int]] = []
         self.scheduled = 0
         self.returned = 0
         self.dropped = 0
@@ -75,7 +75,7 @@ class Redelivery:
         return bool(self._waiting)
 
     def back_off(
-        self, vhost: VirtualHost, queue: QueueRuntime, partition: int, message: StoredMessage
+        self, vhost: VhostPort, queue: QueueRuntime, partition: int, message: StoredMessage
     ) -> None:
         """A consumer refused the message: wait on the ladder, or give up after the limit."""
         attempt = delivery_count(message.properties) + 1
@@ -104,7 +104,7 @@ class Redelivery:
 
     def _timer_record(
         self,
-        vhost: VirtualHost,
+        vhost: VhostPort,
         queue: QueueRuntime,
         partition: int,
         message: StoredMessage,
@@ -152,7 +152,7 @@ class Redelivery:
             self.returned += len(records)
 
 
-async def redrive(vhost: VirtualHost, name: str, limit: int) -> tuple[int, int]:
+async def redrive(vhost: VhostPort, name: str, limit: int) -> tuple[int, int]:
     """Move up to ``limit`` ready messages from ``<name>.dlq`` back to ``name`` (at its tail,
     as a publish to the default exchange, delivery count reset). Returns (moved, remaining).
     Each batch is appended durably before it leaves the dead-letter queue."""

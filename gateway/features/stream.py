@@ -48,8 +48,7 @@ from meta.errors import resource_name
 from storage import StoredMessage
 
 if TYPE_CHECKING:
-    from gateway.sessions.channel_state import ChannelState
-    from gateway.sessions.session import Session
+    from gateway.ports import ConnectionPort
 
 STREAM = "stream"
 CONSUMER_NAME_ARG = "x-mqgw-stream-consumer-name"
@@ -191,65 +190,55 @@ def _with_offset(message: StoredMessage) -> StoredMessage:
     return message._replace(properties=memoryview(properties))
 
 
-def _check_stream_consume(
-    queue: QueueRuntime,
-    channel: ChannelState,
-    arguments: Mapping[str, Any],
-    types: Mapping[str, str],
-    no_ack: bool,
+def offset_of(
+    queue: QueueRuntime, arguments: Mapping[str, Any], types: Mapping[str, str]
 ) -> OffsetSpec:
-    """RabbitMQ's order: the offset argument, then the prefetch, then the ack mode."""
+    """Where a stream consumer starts, from its ``x-stream-offset`` (406 when invalid)."""
     try:
-        spec = parse_stream_offset(
+        return parse_stream_offset(
             arguments.get(STREAM_OFFSET_ARG), types.get(STREAM_OFFSET_ARG), queue.clock.wall_ms()
         )
     except InvalidStreamOffset as invalid:
         raise PreconditionFailed(
             f"invalid arg '{STREAM_OFFSET_ARG}' for {_where(queue)}: {invalid.term}", 60, 20
         ) from None
-    if not channel.prefetch_count:
-        raise PreconditionFailed(
-            f"consumer prefetch count is not set for '{_where(queue)}'", 60, 20
-        )
-    if no_ack:
-        raise not_supported("automatic acknowledgement", queue, 60, 20)
+
+
+def check_consumer_name(queue: QueueRuntime, arguments: Mapping[str, Any]) -> None:
     name = arguments.get(CONSUMER_NAME_ARG)
     if name is not None and (not isinstance(name, str) or not name):
         raise PreconditionFailed(
             f"invalid arg '{CONSUMER_NAME_ARG}' for {_where(queue)}: a non-empty string", 60, 20
         )
-    return spec
+
+
+def offset_refused(queue: QueueRuntime) -> PreconditionFailed:
+    """``x-stream-offset`` on a queue that is not a stream (as classic and quorum queues)."""
+    return PreconditionFailed(
+        f"invalid arg '{STREAM_OFFSET_ARG}' for {_where(queue)} "
+        f"of queue type rabbit_{queue_type_of(queue.definition)}_queue",
+        60,
+        20,
+    )
 
 
 async def consumer_queue(
-    session: Session,
-    channel: ChannelState,
+    broadcasts: Broadcasts,
+    connection: ConnectionPort,
     queue: QueueRuntime,
     tag: str,
     tag_given: bool,
-    consume: Any,
+    arguments: Mapping[str, Any],
+    spec: OffsetSpec | None,
 ) -> QueueRuntime:
-    """What a new consumer reads: its own subscription of a stream, or what broadcast
-    consumption gives for other queues (which refuse ``x-stream-offset`` as RabbitMQ's
-    classic and quorum queues do)."""
-    broadcasts: Broadcasts = session.node.broadcasts
-    arguments: Mapping[str, Any] = consume.arguments or {}
-    if not isinstance(queue, StreamQueue):
-        if STREAM_OFFSET_ARG in arguments:
-            queue_type = queue_type_of(queue.definition)
-            raise PreconditionFailed(
-                f"invalid arg '{STREAM_OFFSET_ARG}' for {_where(queue)} "
-                f"of queue type rabbit_{queue_type}_queue",
-                60,
-                20,
-            )
-        return await broadcasts.consumer_queue(queue, session, tag, tag_given)
-    types = dict(getattr(consume, "argument_types", None) or {})
-    spec = _check_stream_consume(queue, channel, arguments, types, consume.no_ack)
+    """What a new consumer reads: its own subscription of a stream (starting at ``spec``,
+    checked by the session), or what broadcast consumption gives for other queues."""
+    if not isinstance(queue, StreamQueue) or spec is None:
+        return await broadcasts.consumer_queue(queue, connection, tag, tag_given)
     name = arguments.get(CONSUMER_NAME_ARG)
     persistent = isinstance(name, str)
     # An anonymous position is its consumer's alone: a fresh group for every subscription.
-    group = f"stream:{name}" if persistent else f"stream:{session.id}:{tag}:{next(_anonymous)}"
+    group = f"stream:{name}" if persistent else f"stream:{connection.id}:{tag}:{next(_anonymous)}"
     subscriptions = broadcasts.by_queue.setdefault(queue, {})
     subscription = subscriptions.get(group)
     if subscription is None:
@@ -264,14 +253,3 @@ async def consumer_queue(
     subscription.claimed = True
     subscription.exhausted = False
     return subscription
-
-
-def check_recover(channel: ChannelState, class_id: int, method_id: int) -> None:
-    """basic.recover on a channel reading a stream: refused (RabbitMQ 3.10 fails the
-    connection with 541 there; mqgw answers 540 like the other methods streams lack)."""
-    for delivery in channel.unacked.values():
-        if is_stream(delivery.queue):
-            raise not_supported("basic.recover", delivery.queue, class_id, method_id)
-    for consumer in channel.consumers.values():
-        if is_stream(consumer.queue):
-            raise not_supported("basic.recover", consumer.queue, class_id, method_id)

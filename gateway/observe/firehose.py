@@ -28,7 +28,7 @@ from gateway.routing import UnknownExchange
 from storage import Record, StoredMessage, StoreError
 
 if TYPE_CHECKING:
-    from gateway.vhost import VirtualHost
+    from gateway.ports import VhostPort
 
 log = logging.getLogger("mqgw.trace")
 
@@ -61,7 +61,7 @@ _TABLE_ORDER = (
 class Firehose:
     """One vhost's firehose: builds the trace copies and hands them to the outbox."""
 
-    def __init__(self, vhost: VirtualHost, node_name: str) -> None:
+    def __init__(self, vhost: VhostPort, node_name: str) -> None:
         self.vhost = vhost
         self.node_name = node_name
         self.pending: list[Record] = []

@@ -28,6 +28,7 @@ from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from gateway.features.direct_reply import REPLY_QUEUE
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.single_active import SingleActiveChoice
+from gateway.sessions import consume_checks
 from gateway.sessions.channel_state import ChannelState, Consumer, Delivery, TxAction
 from gateway.vhost import VirtualHost, amqp_error
 from meta import checks
@@ -390,7 +391,13 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
     priority = (m.arguments or {}).get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise PreconditionFailed(f"invalid arg 'x-priority' for consumer '{tag}'", 60, 20)
-    queue = await stream_queue.consumer_queue(session, channel, queue, tag, bool(m.consumer_tag), m)
+    arguments = m.arguments or {}
+    types = dict(getattr(m, "argument_types", None) or {})
+    spec = consume_checks.check_consume(queue, channel, arguments, types, m.no_ack)
+    broadcasts = session.node.broadcasts
+    queue = await stream_queue.consumer_queue(
+        broadcasts, session, queue, tag, bool(m.consumer_tag), arguments, spec
+    )
     consumer = Consumer(
         tag,
         channel,
@@ -520,7 +527,7 @@ async def basic_reject(session: Session, channel: ChannelState, m: commands.Basi
 async def basic_recover(session: Session, channel: ChannelState, m: commands.Basic.Recover) -> None:
     if not m.requeue:
         raise AMQPNotImplemented("requeue=false", 60, 110)
-    stream_queue.check_recover(channel, 60, 110)
+    consume_checks.check_recover(channel, 60, 110)
     session.requeue_unacked(channel)
     _send(session, channel, commands.Basic.RecoverOk())
 
@@ -530,7 +537,7 @@ async def basic_recover_async(
 ) -> None:
     if not m.requeue:
         raise AMQPNotImplemented("requeue=false", 60, 100)
-    stream_queue.check_recover(channel, 60, 100)
+    consume_checks.check_recover(channel, 60, 100)
     session.requeue_unacked(channel)
 
 

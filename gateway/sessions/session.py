@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -98,6 +98,11 @@ class Session:
         self.confirm_receive: MemoryObjectReceiveStream[ConfirmItem] = receive
 
     # -- output ---------------------------------------------------------------------------
+
+    @property
+    def client_properties(self) -> Mapping[str, Any]:
+        """What the client said of itself in connection.start-ok (empty before)."""
+        return self.conn.client_properties
 
     def mark_dirty(self) -> None:
         self.dirty.set()
