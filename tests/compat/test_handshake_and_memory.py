@@ -6,8 +6,10 @@ released once the consumers that held it drain."""
 from __future__ import annotations
 
 import resource
+import select
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -15,12 +17,13 @@ from pathlib import Path
 
 import pika
 import pytest
-from pamqp import commands
+from pamqp import body, commands, frame, header
 
 from bench.load.connection import RawConnection
 from bench.load.frames import PROTOCOL_HEADER, encode
 from bench.servers import free_port
 from tests.harness.processes import GatewayProcess, check_for
+from tests.harness.raw_client import handshake, read_frames
 
 TIMEOUT_MS = 1000
 
@@ -114,6 +117,68 @@ def test_connections_per_address_are_capped(tmp_path: Path) -> None:
         gateway.stop()
 
 
+class BlockablePublisher:
+    """Publishes 1 KiB messages to amq.fanout in confirm mode with non-blocking writes, and
+    notes connection.blocked / unblocked as they arrive (the capability is announced)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock, self.buffer = handshake(port, capabilities={"connection.blocked": True})
+        self.sock.sendall(frame.marshal(commands.Confirm.Select(), 1))
+        read_frames(self.sock, self.buffer)  # confirm.select-ok
+        self.sock.setblocking(False)
+        one = b"".join(
+            frame.marshal(part, 1)
+            for part in (
+                commands.Basic.Publish(exchange="amq.fanout"),
+                header.ContentHeader(body_size=1024),
+                body.ContentBody(b"x" * 1024),
+            )
+        )
+        self.batch = one * 20
+        self.pending = bytearray()
+        self.published = 0
+        self.acked = 0
+        self.events: list[str] = []
+
+    def publish_some(self, messages: int = 20) -> None:
+        if messages and len(self.pending) < 64 << 10:
+            self.pending += self.batch
+            self.published += 20
+        try:
+            sent = self.sock.send(self.pending) if self.pending else 0
+            del self.pending[:sent]
+        except BlockingIOError:
+            pass
+        self._read(0.01)
+
+    def _read(self, wait_s: float) -> None:
+        if not select.select([self.sock], [], [], wait_s)[0]:
+            return
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("the gateway closed the connection")
+        self.buffer += data
+        while len(self.buffer) >= 7:
+            size = struct.unpack_from(">I", self.buffer, 3)[0]
+            if len(self.buffer) < size + 8:
+                break
+            consumed, _channel, value = frame.unmarshal(bytes(self.buffer[: size + 8]))
+            del self.buffer[:consumed]
+            if isinstance(value, commands.Connection.Blocked):
+                self.events.append("blocked")
+            elif isinstance(value, commands.Connection.Unblocked):
+                self.events.append("unblocked")
+            elif isinstance(value, commands.Basic.Ack):
+                self.acked = value.delivery_tag
+            elif isinstance(value, commands.Connection.Close | commands.Channel.Close):
+                raise ConnectionError(f"closed by the gateway: {value}")
+
+    def confirm_all(self, deadline: float) -> bool:
+        while (self.pending or self.acked < self.published) and time.monotonic() < deadline:
+            self.publish_some(messages=0)
+        return self.acked == self.published
+
+
 def test_memory_alarm_blocks_publishers_and_releases_them(tmp_path: Path) -> None:
     """Consumers that never read hold their deliveries in the gateway's output buffers
     (up to 4 MiB each); with 16 of them the gateway passes a high watermark set 40 MiB above
@@ -140,24 +205,15 @@ def test_memory_alarm_blocks_publishers_and_releases_them(tmp_path: Path) -> Non
             conn.call(1, consume, commands.Basic.ConsumeOk)
             consumers.append(conn)  # ... and never read again until the end
 
-        params = pika.URLParameters(gateway.url)
-        params.blocked_connection_timeout = 60
-        publisher = pika.BlockingConnection(params)
-        events: list[str] = []
-        publisher.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
-        publisher.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
-        ch = publisher.channel()
-        body = b"x" * 1024
+        # A raw publisher that never waits on a full socket: pika's blocking publish waits for
+        # its bytes to go out, and a gateway that stopped reading (it is blocked) never takes
+        # them, so a loaded machine, whose socket buffers were already full of unread
+        # publishes when the alarm went off, saw pika's blocked timeout instead of the alarm.
+        publisher = BlockablePublisher(gateway.amqp_port)
         deadline = time.monotonic() + 60
-        while "blocked" not in events and time.monotonic() < deadline:
-            # pika runs the blocked callback only in process_data_events: publish in small
-            # batches, so that what goes out after the gateway stopped reading (20 KiB at
-            # most) fits in the socket buffers (with 200 a batch they filled now and then, and the
-            # publish waited out pika's 60 s blocked timeout).
-            for _ in range(20):
-                ch.basic_publish("amq.fanout", "", body)
-            publisher.process_data_events(0)
-        assert events == ["blocked"]
+        while "blocked" not in publisher.events and time.monotonic() < deadline:
+            publisher.publish_some()
+        assert publisher.events == ["blocked"]
         health = gateway.admin("GET", "/api/health")[1]
         assert "memory" in health["alarms"]
         assert health["memory"]["connection_output_buffers"] > 16 << 20
@@ -178,11 +234,11 @@ def test_memory_alarm_blocks_publishers_and_releases_them(tmp_path: Path) -> Non
         for reader in readers:
             reader.start()
         end = time.monotonic() + 60
-        while "unblocked" not in events and time.monotonic() < end:
-            publisher.process_data_events(0.2)
-        assert events == ["blocked", "unblocked"]
-        ch.basic_publish("amq.fanout", "", b"flows again")
-        publisher.close()
+        while "unblocked" not in publisher.events and time.monotonic() < end:
+            publisher.publish_some(messages=0)  # what is still pending goes out; no more
+        assert publisher.events == ["blocked", "unblocked"]
+        assert publisher.confirm_all(time.monotonic() + 60)  # every publish taken and confirmed
+        publisher.sock.close()
         stop.set()
     finally:
         gateway.stop()
