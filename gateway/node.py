@@ -22,12 +22,12 @@ from gateway.features.delayed_exchange import DELAYED_KIND, DelayedDelivery
 from gateway.features.direct_reply import DirectReplies
 from gateway.features.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
 from gateway.features.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
-from gateway.observe import taps
 from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.resource_alarm import Alarms, ResourceAlarm
+from gateway.sessions import taps
 from gateway.sessions.access import Access
 from gateway.sessions.channel_state import ChannelState, Consumer
 from gateway.sessions.session import Session

@@ -16,8 +16,9 @@ from gateway.queues.rate_limit import Limits
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router
+from meta.change_feed import Change
 from meta.store import MetadataStore
-from storage import Record
+from storage import Record, StorePort
 
 
 class VhostPort(Protocol):
@@ -101,3 +102,25 @@ class ControlledNode(Protocol):
         ...
 
     def gateway_count(self) -> int: ...
+
+
+class ClusterNode(Protocol):
+    """The node as the cluster link uses it: hand it the metadata feed's changes (or a
+    whole reload after a gap), find queues to take or give up delivery leases."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def store(self) -> StorePort: ...
+
+    @property
+    def scheduler(self) -> PushScheduler: ...
+
+    async def apply_change(self, change: Change) -> None: ...
+
+    async def reload_metadata(self) -> None: ...
+
+    def all_queues(self) -> Sequence[QueueRuntime]: ...
+
+    def queue_by_id(self, queue_id: int) -> QueueRuntime | None: ...

@@ -248,7 +248,7 @@ class GatewaySettings(BaseSettings):
             return None
         if not value.startswith(("http://", "https://")):
             raise ValueError("an OTLP/HTTP URL, http://HOST:4318 or https://...")
-        from gateway.observe.tracing import MISSING_PACKAGES, otel_installed  # noqa: PLC0415 (lazy)
+        from gateway.observe.otel_extra import MISSING_PACKAGES, otel_installed  # noqa: PLC0415
 
         if not otel_installed():
             raise ValueError(MISSING_PACKAGES)

@@ -87,7 +87,7 @@ class VirtualHost:
         self.policies: list[Policy] = []
         self.dead_letters: list[DeadLetter] = []
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
-        self.firehose: Firehose | None = None  # tracing on (gateway/observe/taps.py switches it)
+        self.firehose: Firehose | None = None  # tracing on (gateway/sessions/taps.py switches it)
         self.placement: QueuePlacement | None = None  # several broker groups (cluster_link)
 
     async def load(self) -> None:

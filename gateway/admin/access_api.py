@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, StrictBool, field_validator
 
 from gateway.admin.auth import ADMINISTRATOR, MANAGEMENT, granted, reads_everything, requires
 from gateway.admin.paths import SlashRoute
-from gateway.observe import taps
 from gateway.observe.stats import queue_unacked
+from gateway.sessions import taps
 from meta.definitions_export import permission_entry, user_entry
 from meta.models import Permission, User, VHost
 from meta.password import SHA256_ALGORITHM, hash_password

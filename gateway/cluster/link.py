@@ -55,7 +55,7 @@ from storage.port import StorePort
 from storage.routed_store import RoutedStore
 
 if TYPE_CHECKING:
-    from gateway.node import Node
+    from gateway.ports import ClusterNode
     from gateway.queues.runtime import QueueRuntime
     from gateway.settings import GatewaySettings
 
@@ -113,7 +113,7 @@ async def open_cluster_backends(
 class ClusterLink:
     """The cluster tasks of one gateway (see the module doc)."""
 
-    def __init__(self, node: Node, meta: RedisMetadataStore) -> None:
+    def __init__(self, node: ClusterNode, meta: RedisMetadataStore) -> None:
         self.node = node
         self.meta = meta
         self.gateway_id = node.name

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gateway.observe import taps
+from gateway.sessions import taps
 from meta.change_feed import Change
 from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, VHost
 

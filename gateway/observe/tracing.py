@@ -13,18 +13,18 @@ headers as they came.
 
 The opentelemetry packages (the ``otel`` extra) are imported only when tracing is on: the
 gateway runs without them, and with tracing and the firehose off no session has a tap
-(gateway/observe/taps.py), so the per-message path pays one ``is None`` test per hook.
+(gateway/sessions/taps.py), so the per-message path pays one ``is None`` test per hook.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from gateway.amqp import property_bytes as pb
+from gateway.observe.otel_extra import MISSING_PACKAGES
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -38,25 +38,8 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 SYSTEM = {"messaging.system": "rabbitmq"}
 
 
-MISSING_PACKAGES = (
-    "OpenTelemetry is not installed (pip install 'mqgw[otel]': opentelemetry-sdk and "
-    "opentelemetry-exporter-otlp-proto-http)"
-)
-
-
 class TracingUnavailable(RuntimeError):
     """--otel-endpoint was given but the opentelemetry packages are not installed."""
-
-
-def otel_installed() -> bool:
-    """Whether the ``otel`` extra is importable (checked without importing it)."""
-    try:
-        return all(
-            importlib.util.find_spec(name) is not None
-            for name in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
-        )
-    except (ImportError, ValueError):
-        return False
 
 
 class Tracing:

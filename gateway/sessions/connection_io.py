@@ -11,7 +11,7 @@ from anyio.streams.tls import TLSAttribute
 
 from gateway.amqp import ServerConnection, frame_writer
 from gateway.amqp.sasl import certificate_login
-from gateway.node import Node
+from gateway.sessions.host import SessionHost
 from gateway.sessions.session import Session
 
 log = logging.getLogger("mqgw.connection")
@@ -34,7 +34,7 @@ def _address(stream: ByteStream, remote: bool) -> str:
     return str(address)
 
 
-async def serve_connection(node: Node, stream: ByteStream) -> None:
+async def serve_connection(node: SessionHost, stream: ByteStream) -> None:
     settings = node.settings
     conn = ServerConnection(
         channel_max=settings.channel_max,

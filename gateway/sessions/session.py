@@ -35,20 +35,20 @@ from gateway.amqp import (
 )
 from gateway.amqp.errors import InternalError, NotAllowed, NotFound
 from gateway.amqp.sasl import EXTERNAL
-from gateway.observe.taps import SessionTap, session_tap
 from gateway.queues.rate_limit import Limits
 from gateway.queues.runtime import QueueRuntime
 from gateway.sessions.access import NO_GRANTS, Grants
 from gateway.sessions.channel_state import ChannelState, Consumer, Delivery
 from gateway.sessions.handlers import handle_method
 from gateway.sessions.publishing import route_publish
+from gateway.sessions.taps import SessionTap, session_tap
 from gateway.vhost import amqp_error
 from meta.errors import MetadataUnavailable, MetaError
 from storage import BrokerUnavailable, Record, StoredMessage, StoreError
 from storage.record import PERSISTENT
 
 if TYPE_CHECKING:
-    from gateway.node import Node
+    from gateway.sessions.host import SessionHost
     from gateway.vhost import VirtualHost
 
 log = logging.getLogger("mqgw.connection")
@@ -62,7 +62,7 @@ ConfirmItem = tuple[list[tuple[ChannelState, int, bool]], int, bool]
 
 
 class Session:
-    def __init__(self, node: Node, conn: ServerConnection, peer: str, local: str) -> None:
+    def __init__(self, node: SessionHost, conn: ServerConnection, peer: str, local: str) -> None:
         self.node = node
         self.conn = conn
         self.peer = peer
@@ -91,7 +91,7 @@ class Session:
         self.grants: Grants = NO_GRANTS
         self.vhost_opened = anyio.Event()  # the handshake is over (handshake_timeout)
         self.impersonator = False
-        # Firehose or OpenTelemetry on (gateway/observe/taps.py); None: nothing traced, no cost.
+        # Firehose or OpenTelemetry on (gateway/sessions/taps.py); None: nothing traced, no cost.
         self.tap: SessionTap | None = None
         send, receive = anyio.create_memory_object_stream[ConfirmItem](256)
         self._confirm_send: MemoryObjectSendStream[ConfirmItem] = send

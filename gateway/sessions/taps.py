@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
     from gateway.amqp import Publish
-    from gateway.node import Node
     from gateway.observe.tracing import Tracing
     from gateway.queues.runtime import QueueRuntime
     from gateway.sessions.channel_state import ChannelState, Delivery
+    from gateway.sessions.host import SessionHost
     from gateway.sessions.session import Session
     from gateway.vhost import VirtualHost
 
@@ -178,7 +178,7 @@ def session_tap(session: Session) -> SessionTap | None:
     return SessionTap(session, firehose, tracing)
 
 
-async def set_firehose(node: Node, vhost: VirtualHost, on: bool) -> None:
+async def set_firehose(node: SessionHost, vhost: VirtualHost, on: bool) -> None:
     """Turn the vhost's firehose on or off here (idempotent: the change feed repeats)."""
     if on == (vhost.firehose is not None):
         return
@@ -194,7 +194,7 @@ async def set_firehose(node: Node, vhost: VirtualHost, on: bool) -> None:
         await old.flush()  # copies made before the switch still go out
 
 
-async def restore_firehose(node: Node, vhost: VirtualHost) -> None:
+async def restore_firehose(node: SessionHost, vhost: VirtualHost) -> None:
     """A vhost opened (start, created, adopted from the cluster): its stored flag applies."""
     definition = await node.meta.get_vhost(vhost.name)
     await set_firehose(node, vhost, definition is not None and definition.tracing)
