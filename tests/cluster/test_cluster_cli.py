@@ -13,9 +13,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import pika
 
 from tests.harness.processes import REPO
+from tests.harness.waiting import check_for
 
 GATEWAY_FIELDS = {"name", "pid", "amqp_url", "admin_url", "amqp_port", "admin_port", "data_dir"}
 BROKER_FIELDS = {"name", "group", "role", "pid", "address", "port", "data_dir"}
@@ -67,14 +67,6 @@ def running(entry: dict[str, Any]) -> bool:
     if entry["role"] == "controller":  # no data dir: its name on its Redis
         return "controller" in args and entry["name"] in args and entry["url"] in args
     return entry["data_dir"] in args
-
-
-def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.05)
 
 
 Seen = dict[int, dict[str, Any]]  # every process a cluster had, by pid: its cluster.json entry
@@ -213,7 +205,7 @@ def test_up_status_stop_start_down(tmp_path: Path) -> None:
         assert restarted["alive"] is True and restarted["pid"] != broker["pid"]
         assert (restarted["port"], restarted["data_dir"]) == (broker["port"], broker["data_dir"])
         assert running(restarted)
-        wait_for("status healthy after start", lambda: status(directory)[0] == 0)
+        check_for(15, lambda: status(directory)[0] == 0)
 
         # down: nothing left running, cluster.json says so, status fails.
         before = remember(directory, seen)

@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.model import SEQ_BOOT_SHIFT, GroupRecord, LagReport, ReplicaReport
 from controller.redis_link import GroupLink
 from tests.harness.processes import REPO, die_with_parent
+from tests.harness.waiting import eventually
 
 
 class ControllerProcess:
@@ -52,16 +52,7 @@ class ControllerProcess:
 
 async def wait_for(what: str, probe: object, timeout_s: float) -> float:
     """Poll ``probe()`` (sync or async) until truthy; the seconds it took."""
-    started = time.monotonic()
-    while True:
-        value = probe()  # type: ignore[operator]
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout_s:
-            raise TimeoutError(f"{what}: not within {timeout_s} s")
-        await asyncio.sleep(0.02)
+    return (await eventually(timeout_s, probe, what))[1]  # type: ignore[arg-type]
 
 
 @dataclass

@@ -26,7 +26,7 @@ from meta.models import QueueDef
 from meta.queue_arguments import check_queue_arguments
 from storage import QUEUE_GROUP, EmbeddedStore, FlushPolicy, Record, StoreConfig
 from storage import open_embedded_store as open_store
-from tests.gateway.stub_session import StubSession
+from tests.harness.stub_session import StubSession
 
 PARTITIONS = 2
 

@@ -9,6 +9,7 @@ import anyio
 
 from gateway.node import Node
 from gateway.settings import GatewaySettings
+from tests.harness.stub_session import StubSession
 
 
 class StubStore:
@@ -17,14 +18,6 @@ class StubStore:
 
     async def backlog_bytes(self) -> int:
         return self.backlog
-
-
-class StubSession:
-    def __init__(self) -> None:
-        self.notices: list[tuple[bool, str]] = []
-
-    def notify_blocked(self, blocked: bool, reason: str) -> None:
-        self.notices.append((blocked, reason))
 
 
 def test_store_backlog_blocks_and_unblocks_every_connection(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from gateway.queues.scheduler import PushScheduler
 from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.models import QueueDef
 from storage import EmbeddedStore, FlushPolicy, Record, StoreConfig, open_embedded_store
-from tests.gateway.stub_session import StubSession
+from tests.harness.stub_session import StubSession
 
 
 class Setup:

@@ -16,6 +16,7 @@ import pytest
 from bench.servers import BrokerServer as BrokerProcess
 from bench.servers import free_port
 from storage import BrokerUnavailable, Record, RemoteStore, connect_remote_store
+from tests.harness.waiting import eventually
 from tests.storage.helpers import bodies
 
 T = TypeVar("T")
@@ -26,19 +27,9 @@ pytestmark = [
 ]
 
 
-async def eventually(timeout_s: float, probe: Callable[[], Awaitable[T]]) -> T:
-    """Call ``probe`` until it returns something truthy without BrokerUnavailable."""
-    last: Exception | None = None
-    with anyio.move_on_after(timeout_s):
-        while True:
-            try:
-                value = await probe()
-                if value:
-                    return value
-            except BrokerUnavailable as error:
-                last = error
-            await anyio.sleep(0.02)
-    raise TimeoutError(f"not within {timeout_s} s (last error: {last})")
+async def settled(timeout_s: float, probe: Callable[[], Awaitable[T]]) -> T:
+    """``probe``'s first truthy answer, a broker away meanwhile counting as "not yet"."""
+    return (await eventually(timeout_s, probe, retry_on=(BrokerUnavailable,)))[0]
 
 
 async def read_all(store: RemoteStore, queue_id: int, partition: int) -> list[bytes]:
@@ -95,7 +86,7 @@ async def test_kill_9_restart_and_reconnect_with_every_confirmed_record(tmp_path
                 async with anyio.create_task_group() as tg:
                     for n in range(4):
                         tg.start_soon(publish, n)
-                    await eventually(20, enough)
+                    await settled(20, enough)
                     broker.kill()
             # Every call in flight failed at once, as BrokerUnavailable (outcome unknown).
             assert len(failures) == 4
@@ -109,7 +100,7 @@ async def test_kill_9_restart_and_reconnect_with_every_confirmed_record(tmp_path
 
             broker.start()  # same data directory, same port
             # The same RemoteStore reconnects by itself: no new object, no call from us.
-            assert await eventually(15, store.queues) == {1: 2}
+            assert await settled(15, store.queues) == {1: 2}
             assert store.connects == 2
             stored = [*await read_all(store, 1, 0), *await read_all(store, 1, 1)]
             for n, mine in confirmed.items():

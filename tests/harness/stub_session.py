@@ -1,5 +1,6 @@
-"""A session stub for tests of the push and broadcast schedulers: it books each delivery on the
-consumer's channel exactly as the real session does, and records who got what."""
+"""The one session stub: for tests of the push and broadcast schedulers it books each delivery
+on the consumer's channel exactly as the real session does and records who got what; for the
+node's alarms it records the connection.blocked notices it was given."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ class StubSession:
     def __init__(self) -> None:
         self.deliveries: list[tuple[str, bytes, bool]] = []  # (consumer tag, body, redelivered)
         self.queues: list[str] = []  # the queue of each delivery, in the same order
+        self.notices: list[tuple[bool, str]] = []  # (blocked, reason) per notify_blocked
+
+    def notify_blocked(self, blocked: bool, reason: str) -> None:
+        self.notices.append((blocked, reason))
 
     def deliver(
         self,
