@@ -81,9 +81,11 @@ def _up(args: argparse.Namespace) -> int:
     try:
         cluster = control.up(args.dir, shape, args.timeout, _progress(console), on_note)
     except ClusterError as error:
-        # control.up has stopped whatever it had started: say so, or people go looking.
         print(f"mqgw cluster up: {error}", file=sys.stderr)
-        print("mqgw cluster up: the processes already started were stopped", file=sys.stderr)
+        if isinstance(error, control.UpFailed) and error.stopped:
+            # control.up stopped what it had started: say what, or people go looking.
+            names = ", ".join(error.stopped)
+            print(f"mqgw cluster up: stopped again what it had started: {names}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mqgw cluster up: interrupted; what had started is stopped", file=sys.stderr)
@@ -149,6 +151,8 @@ def _epoch(member: Member) -> str:
 
 def _groups(cluster: Cluster, observed: Observed | None) -> list[dict[str, Any]]:
     """Each replicated group as the controller's record has it, brokers by their names."""
+    from mqgw_cli.broker_names import broker_name
+
     if observed is None:
         return []
     found = []
@@ -158,9 +162,9 @@ def _groups(cluster: Cluster, observed: Observed | None) -> list[dict[str, Any]]
             {
                 "group": group,
                 "epoch": record.epoch,
-                "master": f"broker-{group}-{record.master}" if record.master else None,
-                "in_sync": [f"broker-{group}-{i}" for i in sorted(record.in_sync)],
-                "fence": record.fence or None,
+                "master": broker_name(group, record.master) if record.master else None,
+                "in_sync": [broker_name(group, i) for i in sorted(record.in_sync)],
+                "fence": broker_name(group, record.fence) if record.fence else None,
             }
         )
     return found

@@ -29,6 +29,7 @@ from bench.cluster.layout import (
     new_group,
     plan,
 )
+from mqgw_cli.broker_names import broker_name, broker_names
 
 OnReady = Callable[[Member, float], None]  # a process is up, after so many seconds
 OnNote = Callable[[str], None]  # progress that is not one process: a group got its master
@@ -36,7 +37,16 @@ _MASTER_POLL_S = 0.1
 
 
 class AlreadyRunning(ClusterError):
-    pass
+    """`up` found processes of the cluster running: it started and stopped nothing."""
+
+
+class UpFailed(ClusterError):
+    """`up` could not bring the cluster up; ``stopped`` names the processes it had started
+    and stopped again (empty: none was running any more, or none had started)."""
+
+    def __init__(self, message: str, stopped: list[str]) -> None:
+        super().__init__(message)
+        self.stopped = stopped
 
 
 @contextmanager
@@ -84,7 +94,8 @@ def up(
             if running:
                 raise AlreadyRunning(
                     f"a cluster is already running in {directory} ({', '.join(running)}); "
-                    f"`mqgw cluster down --dir {directory}` first"
+                    f"nothing was started or stopped: `mqgw cluster down --dir {directory}` "
+                    "first to start it anew"
                 )
         launch.redis_server()  # fail before starting anything if it is missing
         cluster = plan(directory, shape, previous)
@@ -96,10 +107,16 @@ def up(
             _wait_for_masters(cluster, timeout_s, on_note)
             for tier in (cluster.gateways, _watcher(cluster)):
                 _start_tier(cluster, tier, timeout_s, on_ready)
-        except BaseException:  # Ctrl-C too: do not leave half a cluster behind
-            for members in _stop_order(cluster):
-                launch.stop(members, kill=False, timeout_s=10)
+        except BaseException as error:  # Ctrl-C too: do not leave half a cluster behind
+            stopped = [
+                result.member.name
+                for members in _stop_order(cluster)
+                for result in launch.stop(members, kill=False, timeout_s=10)
+                if result.was_running
+            ]
             cluster.save()
+            if isinstance(error, ClusterError):
+                raise UpFailed(str(error), stopped) from error
             raise
         return cluster
 
@@ -134,10 +151,10 @@ def _wait_for_masters(
             record = observed.record(group) if observed is not None else None
             if record is not None and record.master:
                 waiting.discard(group)
-                in_sync = ", ".join(sorted(record.in_sync))
                 on_note(
-                    f"group {group}: broker-{group}-{record.master} is master at epoch "
-                    f"{record.epoch} (in sync: {in_sync}), after {time.monotonic() - began:.1f} s"
+                    f"group {group}: {broker_name(group, record.master)} is master at epoch "
+                    f"{record.epoch} (in sync: {broker_names(group, record.in_sync)}), after "
+                    f"{time.monotonic() - began:.1f} s"
                 )
         dead = [m for m in (*cluster.controllers, *cluster.brokers) if not launch.is_alive(m)]
         if dead:

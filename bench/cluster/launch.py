@@ -245,6 +245,7 @@ class Stopped:
     member: Member
     outcome: str  # for people: "stopped (SIGTERM) in 0.3 s", "killed", "was not running"
     gone: bool
+    was_running: bool = True  # False: there was nothing to stop
 
 
 def stop(members: Iterable[Member], kill: bool, timeout_s: float) -> list[Stopped]:
@@ -257,7 +258,7 @@ def stop(members: Iterable[Member], kill: bool, timeout_s: float) -> list[Stoppe
         if is_alive(member):
             running.append(member)
         else:
-            results[member.name] = Stopped(member, "was not running", gone=True)
+            results[member.name] = Stopped(member, "was not running", gone=True, was_running=False)
     first = signal.SIGKILL if kill else signal.SIGTERM
     for member in running:
         _signal(member, first)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mqgw_cli.broker_names import broker_name
 from mqgw_cli.ports import free_port, port_free
 
 FORMAT = 2  # cluster.json's format version: bump when a reader must change
@@ -313,7 +314,7 @@ def group_members(
     replicated = replicas > 1
     members = []
     for broker_id in range(replicas):
-        name = f"broker-{group}-{broker_id}"
+        name = broker_name(group, str(broker_id))
         port = ports.take(old_port(name))
         members.append(
             BrokerMember(
