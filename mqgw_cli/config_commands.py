@@ -30,6 +30,7 @@ from gateway.config_sources import (
     setting_fields,
     value_kind,
 )
+from mqgw_cli.admin_target import CLIENT_ENV
 
 DEST = "setting__"  # argparse dests of the settings flags: setting__<key>
 LOG_KEYS = (
@@ -163,7 +164,8 @@ def show(args: argparse.Namespace) -> int:
         print(f"mqgw config show: configuration error: {error}", file=sys.stderr)
         return 2
     for var in resolved.unknown_env:
-        print(f"mqgw config show: {var} names no setting: ignored", file=sys.stderr)
+        if var not in CLIENT_ENV:  # the operator commands' own (MQGW_ADMIN_URL, ...)
+            print(f"mqgw config show: {var} names no setting: ignored", file=sys.stderr)
     for key, value, source in effective(resolved):
         if args.json:
             print(json.dumps({"key": key, "value": value, "source": str(source)}))

@@ -1,5 +1,7 @@
-"""`mqgw ctl stop|start|throttle|clear SCOPE`, `mqgw ctl list`: consumption controls over the
-admin API (PUT/DELETE /api/controls/...).
+"""`mqgw ctl stop|start|throttle|clear SCOPE`, `mqgw ctl list [--json]`: consumption controls
+over the admin API (PUT/DELETE /api/controls/...). `list` prints a table; ``--json`` the API's
+list. Where the admin API is and who calls it: mqgw_cli/admin_target.py (``--admin``, ``--dir``,
+``MQGW_ADMIN_*``, ``--config``, a credentials file).
 
 SCOPE is ``global``, ``node:NAME``, ``client:NAME`` (a connection_name or a source address),
 ``connection:NAME`` (``'127.0.0.1:51234 -> 127.0.0.1:5672'``) or ``queue:NAME`` (with
@@ -17,8 +19,8 @@ import sys
 import urllib.parse
 from typing import Any
 
-from mqgw_cli.admin_client import AdminUnreachable, admin_call
-from mqgw_cli.queue_commands import add_admin_options
+from mqgw_cli.admin_client import AdminUnreachable, call, failure
+from mqgw_cli.admin_target import AdminConfigError, add_admin_options, admin_target
 from mqgw_cli.switchover_command import add_switchover_command
 
 SCOPE_FORMS = "global | node:N | client:N | connection:N | queue:N"
@@ -68,52 +70,98 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_ctl(args: argparse.Namespace) -> int:
+    prog = f"mqgw ctl {args.action}"
     try:
+        target = admin_target(args)
         if args.action == "list":
-            status, answer = admin_call(args.admin, "GET", "/api/controls", None, *_auth(args))
+            answer = call(target, "GET", "/api/controls")
         else:
             path = scope_path(args.scope, args.vhost)
             if args.action == "clear":
-                status, answer = admin_call(args.admin, "DELETE", path, None, *_auth(args))
+                answer = call(target, "DELETE", path)
             else:
-                status, answer = admin_call(args.admin, "PUT", path, _body(args), *_auth(args))
-    except (ValueError, AdminUnreachable) as error:
-        print(f"mqgw ctl: {error}", file=sys.stderr)
-        return 2 if isinstance(error, ValueError) else 1
-    if status >= 400:
-        reason = answer.get("reason", answer) if isinstance(answer, dict) else answer
-        print(f"mqgw ctl {args.action}: {status} {reason}", file=sys.stderr)
+                answer = call(target, "PUT", path, _body(args))
+    except (ValueError, AdminConfigError) as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
+    except AdminUnreachable as error:
+        print(f"{prog}: {error}", file=sys.stderr)
         return 1
-    if answer is not None:
-        print(json.dumps(answer, indent=1))
+    if answer.status >= 400:
+        print(f"{prog}: {failure(target, answer)}", file=sys.stderr)
+        return 1
+    if args.action == "list" and not args.json:
+        _print_controls(answer.body or [])
+    elif answer.body is not None:
+        print(json.dumps(answer.body, indent=1))
     elif args.action != "list":
         print(f"{args.scope}: control cleared", file=sys.stderr)
     return 0
 
 
+def scope_text(control: dict[str, Any]) -> str:
+    """A control's scope as SCOPE is written on the command line: ``queue:orders``."""
+    scope, name = str(control.get("scope", "?")), str(control.get("name", ""))
+    return scope if scope == "global" else f"{scope}:{name}"
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+CONTROL_COLUMNS = ("SCOPE", "VHOST", "STATE", "MSGS/S", "BYTES/S", "SET BY", "SET AT")
+
+
+def control_rows(controls: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    return [
+        (
+            scope_text(c),
+            c.get("vhost") or "-",
+            c.get("state") or "-",
+            _number(c.get("rate_msgs")),
+            _number(c.get("rate_bytes")),
+            c.get("set_by") or "-",
+            c.get("set_at") or "-",
+        )
+        for c in sorted(controls, key=lambda c: (str(c.get("scope")), str(c.get("name"))))
+    ]
+
+
+def _print_controls(controls: list[dict[str, Any]]) -> None:
+    """A table, as `kubectl get` prints one (--json for scripts)."""
+    if not controls:
+        print("no consumption controls in force", file=sys.stderr)
+        return
+    rows = [CONTROL_COLUMNS, *control_rows(controls)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(CONTROL_COLUMNS))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
 def run_trace(args: argparse.Namespace) -> int:
     """Read the vhost, then PUT it back with ``tracing`` set (a PUT replaces the rest)."""
+    prog = f"mqgw ctl trace {args.state}"
     path = "/api/vhosts/" + urllib.parse.quote(args.vhost, safe="")
     try:
-        status, vhost = admin_call(args.admin, "GET", path, None, *_auth(args))
-        if status == 200:
+        target = admin_target(args)
+        answer = call(target, "GET", path)
+        if answer.status == 200:
+            vhost = answer.body
             body = {"description": vhost["description"], "tags": vhost["tags"]}
-            status, vhost = admin_call(
-                args.admin, "PUT", path, {**body, "tracing": args.state == "on"}, *_auth(args)
-            )
+            answer = call(target, "PUT", path, {**body, "tracing": args.state == "on"})
+    except AdminConfigError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
     except AdminUnreachable as error:
-        print(f"mqgw ctl: {error}", file=sys.stderr)
+        print(f"{prog}: {error}", file=sys.stderr)
         return 1
-    if status >= 400:
-        reason = vhost.get("reason", vhost) if isinstance(vhost, dict) else vhost
-        print(f"mqgw ctl trace {args.state}: {status} {reason}", file=sys.stderr)
+    if answer.status >= 400:
+        print(f"{prog}: {failure(target, answer)}", file=sys.stderr)
         return 1
     print(f"tracing {args.state} for vhost '{args.vhost}'", file=sys.stderr)
     return 0
-
-
-def _auth(args: argparse.Namespace) -> tuple[str, str]:
-    return args.user, args.password
 
 
 _NOT_GIVEN: Any = object()
@@ -141,7 +189,8 @@ def add_ctl_commands(commands: Any) -> None:
             )
         add_admin_options(sub)
         sub.set_defaults(func=run_ctl)
-    listing = actions.add_parser("list", help="every control in force")
+    listing = actions.add_parser("list", help="every control in force, as a table")
+    listing.add_argument("--json", action="store_true", help="the API's JSON list, for scripts")
     add_admin_options(listing)
     listing.set_defaults(func=run_ctl)
     trace = actions.add_parser(

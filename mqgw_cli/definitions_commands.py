@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mqgw_cli.admin_client import AdminUnreachable, admin_call
-from mqgw_cli.queue_commands import add_admin_options
+from mqgw_cli.admin_client import AdminUnreachable, Answer, call, failure, origin
+from mqgw_cli.admin_target import AdminConfigError, AdminTarget, add_admin_options, admin_target
 
 LARGE_FILE_ENTITIES = 1000  # from this many entities on, progress lines are printed
 IMPORT_TIMEOUT_S = 600.0  # per read: checking a very large file takes a while
@@ -52,15 +52,18 @@ def _counts_text(counts: dict[str, int]) -> str:
 
 def export(args: argparse.Namespace) -> int:
     try:
-        status, document = admin_call(
-            args.admin, "GET", _path(args.vhost), None, args.user, args.password
-        )
+        target = admin_target(args)
+        answer = call(target, "GET", _path(args.vhost))
+    except AdminConfigError as error:
+        _err(f"mqgw definitions export: {error}")
+        return 2
     except AdminUnreachable as error:
         _err(str(error))
         return 1
-    if status != 200:
-        _err(f"export failed: {status} {_reason(document)}")
+    if answer.status != 200:
+        _err(f"export failed: {failure(target, answer)}")
         return 1
+    document = answer.body
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if args.file == "-":
         sys.stdout.write(text)
@@ -78,32 +81,32 @@ def _reason(answer: Any) -> str:
 
 
 def stream_import(
-    url: str,
+    target: AdminTarget,
     path: str,
     body: bytes,
-    user: str,
-    password: str,
     timeout_s: float = IMPORT_TIMEOUT_S,
-) -> tuple[int, Iterator[dict[str, Any]]]:
-    """POST ``body`` with ?progress=1: (status, the answer's JSON lines). A 4xx answer is
-    one line, the management API's error object."""
-    request = urllib.request.Request(
-        url.rstrip("/") + path + "?progress=1", data=body, method="POST"
-    )
+) -> tuple[Answer, Iterator[dict[str, Any]]]:
+    """POST ``body`` with ?progress=1: (the answer, its JSON lines). A 4xx answer is one
+    line, the management API's error object (also the answer's ``body``)."""
+    url = target.url + path
+    request = urllib.request.Request(url + "?progress=1", data=body, method="POST")
     request.add_header("content-type", "application/json")
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    token = base64.b64encode(f"{target.user}:{target.password}".encode()).decode()
     request.add_header("authorization", f"Basic {token}")
     try:
         response = urllib.request.urlopen(request, timeout=timeout_s)
     except urllib.error.HTTPError as error:
         raw = error.read()
         try:
-            answer = json.loads(raw) if raw else {}
+            parsed = json.loads(raw) if raw else {}
         except ValueError:
-            answer = {"reason": raw.decode(errors="replace")}
-        return error.code, iter([answer])
+            parsed = {"reason": raw.decode(errors="replace")}
+        answer = Answer("POST", url, error.code, parsed, str(error.reason))
+        return answer, iter([parsed])
     except urllib.error.URLError as error:
-        raise AdminUnreachable(f"cannot reach the admin API at {url}: {error.reason}") from None
+        raise AdminUnreachable(
+            f"cannot reach the admin API at {url}: {error.reason} ({origin(target)})"
+        ) from None
 
     def lines() -> Iterator[dict[str, Any]]:
         with response:
@@ -111,7 +114,7 @@ def stream_import(
                 if line.strip():
                     yield json.loads(line)
 
-    return response.status, lines()
+    return Answer("POST", url, response.status, None, response.reason), lines()
 
 
 def import_(args: argparse.Namespace) -> int:
@@ -131,11 +134,10 @@ def import_(args: argparse.Namespace) -> int:
     if large:
         _err(f"importing {source}: {_counts_text(counts)} ({len(body) / 1e6:.1f} MB)")
     try:
-        status, answers = stream_import(
-            args.admin, _path(args.vhost), body, args.user, args.password
-        )
-        if status != 200:
-            _err(f"import refused ({status}): {_reason(next(answers, {}))}")
+        target = admin_target(args)
+        first, answers = stream_import(target, _path(args.vhost), body)
+        if first.status != 200:
+            _err(f"import refused: {failure(target, first)}")
             return 1
         for answer in answers:
             if "progress" in answer:
@@ -159,6 +161,9 @@ def import_(args: argparse.Namespace) -> int:
             else:
                 _err(f"import failed: {_reason(answer)}")
                 return 1
+    except AdminConfigError as error:
+        _err(f"mqgw definitions import: {error}")
+        return 2
     except AdminUnreachable as error:
         _err(str(error))
         return 1

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from gateway.config_sources import ConfigError
+from mqgw_cli.admin_target import CLIENT_ENV
 from mqgw_cli.broker_command import add_broker_command
 from mqgw_cli.cluster_commands import add_cluster_commands
 from mqgw_cli.config_commands import (
@@ -55,7 +56,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"mqgw serve: configuration error: {error}", file=sys.stderr)
         return 2
     for var in resolved.unknown_env:
-        log.warning("environment variable %s names no setting: ignored", var)
+        if var not in CLIENT_ENV:  # the operator commands' own (MQGW_ADMIN_URL, ...)
+            log.warning("environment variable %s names no setting: ignored", var)
     if args.workers != 1:  # the cluster topology on this host: mqgw_cli/serve_workers.py
         from mqgw_cli.serve_workers import run as run_workers
 

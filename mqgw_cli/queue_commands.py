@@ -9,14 +9,10 @@ from typing import Any
 
 from rich.console import Console
 
-from mqgw_cli.admin_client import DEFAULT_ADMIN_URL, AdminUnreachable, admin_call
+from mqgw_cli.admin_client import AdminUnreachable, call, failure
+from mqgw_cli.admin_target import AdminConfigError, add_admin_options, admin_target
 
-
-def add_admin_options(parser: argparse.ArgumentParser) -> None:
-    """--admin, --user, --password: where the admin API is and who calls it."""
-    parser.add_argument("--admin", default=DEFAULT_ADMIN_URL, help="admin API base URL")
-    parser.add_argument("--user", default="guest", help="admin user (default guest)")
-    parser.add_argument("--password", default="guest", help="its password")
+__all__ = ["add_admin_options", "add_queue_commands", "redrive", "reset"]
 
 
 def redrive(args: argparse.Namespace) -> int:
@@ -27,17 +23,22 @@ def redrive(args: argparse.Namespace) -> int:
     path = f"/api/queues/{vhost}/{queue}/redrive?limit={args.batch}"
     total = 0
     try:
+        target = admin_target(args)
         while True:
-            status, result = admin_call(args.admin, "POST", path, None, args.user, args.password)
-            if status != 200:
-                console.print(f"redrive failed: {status} {(result or {}).get('reason', '')}")
+            answer = call(target, "POST", path)
+            if answer.status != 200:
+                console.print(f"redrive failed: {failure(target, answer)}", markup=False)
                 return 1
+            result = answer.body
             total += result["moved"]
             console.print(f"redrive {args.queue}: {total} moved, {result['remaining']} left")
             if result["moved"] == 0 or result["remaining"] == 0:
                 break
+    except AdminConfigError as error:
+        console.print(f"mqgw queue redrive: {error}", markup=False)
+        return 2
     except AdminUnreachable as error:
-        console.print(str(error))
+        console.print(str(error), markup=False)
         return 1
     print(json.dumps({"queue": args.queue, "vhost": args.vhost, "moved": total}))
     return 0
@@ -51,15 +52,18 @@ def reset(args: argparse.Namespace) -> int:
     queue = urllib.parse.quote(args.queue, safe="")
     path = f"/api/queues/{vhost}/{queue}/reset"
     try:
-        status, result = admin_call(
-            args.admin, "POST", path, {"to": args.to}, args.user, args.password
-        )
+        target = admin_target(args)
+        answer = call(target, "POST", path, {"to": args.to})
+    except AdminConfigError as error:
+        console.print(f"mqgw queue reset: {error}", markup=False)
+        return 2
     except AdminUnreachable as error:
-        console.print(str(error))
+        console.print(str(error), markup=False)
         return 1
-    if status != 200:
-        console.print(f"reset failed: {status} {(result or {}).get('reason', '')}")
+    if answer.status != 200:
+        console.print(f"reset failed: {failure(target, answer)}", markup=False)
         return 1
+    result = answer.body
     console.print(
         f"reset {args.queue} to {args.to}: {result['skipped']} skipped, "
         f"{result['replayed']} replayed, {result['messages_ready']} ready"

@@ -199,7 +199,7 @@ def test_mqgw_ctl_stop_start_throttle_clear(gateway: GatewayProcess) -> None:
     assert result.returncode == 0, result.stderr
     assert gateway.admin("GET", "/api/controls/queues/%2F/ctl-q")[1]["state"] == "stopped"
     assert ctl(gateway, "throttle", "client:billing", "--rate", "250").returncode == 0
-    listed = ctl(gateway, "list")
+    listed = ctl(gateway, "list", "--json")
     assert '"billing"' in listed.stdout and "250" in listed.stdout
     assert ctl(gateway, "throttle", "client:billing", "--rate", "none").returncode == 0
     assert gateway.admin("GET", "/api/controls/clients/billing")[0] == 404

@@ -274,7 +274,8 @@ def test_cli_export_and_import_with_progress_and_summary(
     refused = mqgw(gw, "import", "-", stdin=json.dumps(bad))
     assert refused.returncode == 1
     assert refused.stderr.strip() == (
-        "import refused (400): queues[0]: invalid arg 'x-max-length' for queue 'b' "
+        f"import refused: POST http://127.0.0.1:{gw.admin_port}/api/definitions answered 400 "
+        "queues[0]: invalid arg 'x-max-length' for queue 'b' "
         "in vhost '/': \"expected integer, got longstr\""
     )
     assert mqgw(gw, "import", "-", "--vhost", "nope", stdin="{}").returncode == 1
