@@ -20,8 +20,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.load.connection import RawConnection, ServerClosed
 from bench.load.measure import run_scenario
-from bench.load.runner import Target, console
+from bench.load.runner import OUTSIDE_POLICY, Target, console
 from bench.load.scenarios import SCENARIOS, Scenario
 from bench.load.sides import gateway_target, rabbitmq_target
 
@@ -49,7 +50,24 @@ def url_target(spec: str, prefix: str = "") -> Target:
     if not urls:
         raise SystemExit(f"no AMQP URL in {spec!r}")
     hosts = "+".join(u.rsplit("@", maxsplit=1)[-1] for u in urls)
-    return Target(urls[0], prefix + hosts, urls=tuple(urls) if len(urls) > 1 else ())
+    return Target(
+        urls[0], prefix + hosts, outside_policy(urls[0]), urls=tuple(urls) if len(urls) > 1 else ()
+    )
+
+
+def outside_policy(url: str) -> str:
+    """What is known of a server the bench did not start: not its flush policy (neither AMQP
+    nor the admin API says it), but what it is, as its connection.start says."""
+    try:
+        connection = RawConnection(url, timeout_s=5.0)
+    except (OSError, ServerClosed, TimeoutError, ValueError):
+        return OUTSIDE_POLICY  # the run itself reports why it cannot connect
+    try:
+        said = connection.server_properties
+    finally:
+        connection.close()
+    product = " ".join(str(said[key]) for key in ("product", "version") if said.get(key))
+    return f"{OUTSIDE_POLICY} (its connection.start says {product})" if product else OUTSIDE_POLICY
 
 
 def run(names: list[str], url: str | None, scale: float, procs: int) -> None:

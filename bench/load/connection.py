@@ -60,11 +60,13 @@ class RawConnection:
         self.timeout_s = timeout_s
         self.parser = InboundParser()
         self.frame_max = 131072
+        self.server_properties: dict[str, Any] = {}  # connection.start's: product, version...
         self._handshake()
 
     def _handshake(self) -> None:
         self.sock.sendall(PROTOCOL_HEADER)
-        self.wait_for(0, commands.Connection.Start)
+        start = self.wait_for(0, commands.Connection.Start)
+        self.server_properties = dict(start.server_properties or {})
         credentials = f"\0{self.endpoint.user}\0{self.endpoint.password}"
         start_ok = commands.Connection.StartOk(
             client_properties={"product": "mqgw-bench", "capabilities": {}},

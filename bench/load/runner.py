@@ -31,11 +31,15 @@ from bench.load.workers import CONTEXT, WorkerLink, new_progress
 console = Console(stderr=True)
 
 
+# The durability policy of a server the bench did not start: nothing it can ask says it.
+OUTSIDE_POLICY = "not known: server started outside the bench"
+
+
 @dataclass(frozen=True)
 class Target:
     url: str
     label: str
-    policy: str = "unknown (server not started by the bench)"
+    policy: str = OUTSIDE_POLICY
     pid: int | None = None  # the server's process when the bench started it (for RSS)
     data_dir: Path | None = None  # its data, when the bench started it (for disk use)
     # Several entry points to one system (a cluster's gateways): publishers and consumers are
