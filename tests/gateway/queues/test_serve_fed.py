@@ -15,7 +15,7 @@ from gateway.vhost import VirtualHost
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef
 from storage import EmbeddedStore, ReadResult, Record, open_embedded_store
-from tests.gateway.test_push_scheduler import _config, _consume
+from tests.gateway.queues.test_push_scheduler import _config, _consume
 from tests.harness.stub_session import StubSession
 
 
