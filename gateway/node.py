@@ -26,7 +26,8 @@ from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
-from gateway.resource_alarm import Alarms, ResourceAlarm
+from gateway.resources import memory
+from gateway.resources.alarms import Alarms, ResourceAlarm
 from gateway.sessions import taps
 from gateway.sessions.access import Access
 from gateway.sessions.channel_state import ChannelState, Consumer

@@ -24,11 +24,11 @@ from gateway.admin.app import create_app
 from gateway.cluster.backlog import RemoteBacklog, report_progress
 from gateway.cluster.link import ClusterLink, open_cluster_backends
 from gateway.features.delayed_exchange import EXCHANGE_TYPES
-from gateway.listeners import describe, open_listener
+from gateway.net.listeners import describe, open_listener
+from gateway.net.tls import ReloadingContext, TLSSettingsError, TLSSetup, serve_tls_connection
 from gateway.node import Node
 from gateway.sessions.connection_io import serve_connection
 from gateway.settings import GatewaySettings
-from gateway.tls import ReloadingContext, TLSSettingsError, TLSSetup, serve_tls_connection
 from meta.local_store import LocalMetadataStore
 from meta.redis_store import RedisMetadataStore
 from meta.store import MetadataStore

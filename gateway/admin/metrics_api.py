@@ -30,13 +30,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from gateway import memory
 from gateway.admin.auth import MONITORING, requires
 from gateway.admin.overview_api import RABBITMQ_API_VERSION
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import head_age_s
 from gateway.observe.histogram import Histogram
 from gateway.observe.stats import queue_unacked
+from gateway.resources import memory
 from meta.models import User
 from storage import StoreError
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 
-from gateway import memory
 from gateway.admin import pagination
 from gateway.admin.auth import MANAGEMENT, MONITORING, reads_everything, requires
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import may_see
 from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from gateway.observe.stats import queue_unacked
+from gateway.resources import memory
 from meta.models import User
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from gateway.observe.tracing import Tracing
     from gateway.queues.runtime import QueueRuntime
     from gateway.queues.scheduler import PushScheduler
-    from gateway.resource_alarm import Alarms
+    from gateway.resources.alarms import Alarms
     from gateway.sessions.access import Access
     from gateway.sessions.channel_state import ChannelState
     from gateway.sessions.session import Session

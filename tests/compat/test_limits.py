@@ -12,7 +12,7 @@ import pika
 import pytest
 from pamqp import body, commands, frame, header, heartbeat
 
-from gateway.resource_alarm import Alarms, ResourceAlarm
+from gateway.resources.alarms import Alarms, ResourceAlarm
 from tests.harness.processes import GatewayProcess, check_for
 from tests.harness.raw_client import handshake, read_frames
 

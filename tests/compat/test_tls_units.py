@@ -17,9 +17,8 @@ from pamqp import commands
 from gateway.amqp import ServerConnection, events
 from gateway.amqp.frame_reader import PROTOCOL_HEADER
 from gateway.amqp.sasl import certificate_login
-from gateway.listeners import describe, listen_hosts, open_listener
-from gateway.settings import GatewaySettings
-from gateway.tls import (
+from gateway.net.listeners import describe, listen_hosts, open_listener
+from gateway.net.tls import (
     CertFiles,
     ReloadingContext,
     TLSSettingsError,
@@ -27,6 +26,7 @@ from gateway.tls import (
     build_context,
     version_range,
 )
+from gateway.settings import GatewaySettings
 from tests.amqp.helpers import parse, start_ok
 from tests.compat.test_tls import Pki, write_leaf
 

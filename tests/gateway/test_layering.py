@@ -25,8 +25,7 @@ LAYERS: dict[str, int] = {
     "gateway.config_sources": 0,
     "gateway.config_docs": 0,
     "gateway.logging_setup": 0,
-    "gateway.memory": 0,
-    "gateway.resource_alarm": 0,
+    "gateway.resources": 0,
     "gateway.observe.histogram": 0,  # a leaf the scheduler records into
     "gateway.observe.otel_extra": 0,  # a leaf the settings check
     "gateway.queues": 1,
@@ -40,8 +39,7 @@ LAYERS: dict[str, int] = {
     "gateway.node": 6,
     "gateway.admin": 7,
     "gateway.server": 8,
-    "gateway.tls": 8,
-    "gateway.listeners": 8,
+    "gateway.net": 8,
 }
 # Imports still going up, each with the move that ends it. Keep this empty.
 PENDING: dict[str, str] = {

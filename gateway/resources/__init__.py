@@ -1,0 +1,1 @@
+"""Resources the node watches: memory (the high watermark) and the alarms that block publishers."""
