@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 from pamqp import commands
 
-from gateway import memory
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
 from gateway.cluster import metadata_sync
 from gateway.controls import Controls
