@@ -54,7 +54,7 @@ class AdminTarget:
 def add_admin_options(parser: argparse.ArgumentParser) -> None:
     """--admin/--dir, --config, --credentials, --user, --password."""
     group = parser.add_argument_group(
-        "admin API (flags > MQGW_ADMIN_* > --config > credentials file > defaults)"
+        "admin API, where and as whom (each: flag > env > file > default; docs/operations.md)"
     )
     where = group.add_mutually_exclusive_group()
     where.add_argument(
