@@ -14,7 +14,7 @@ import json
 import os
 import tomllib
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -131,10 +131,22 @@ def combine(key: str, parts: list[Any]) -> Any:
 Layer = tuple[dict[str, Any], dict[str, Source]]
 
 
+def did_you_mean(key: str, choices: list[str], spell: Callable[[str], str] = repr) -> str:
+    """The choice closest to a mistyped ``key`` as " (did you mean 'amqp_port'?)", or ""."""
+    close = [c for c in difflib.get_close_matches(key, choices, n=1) if c != key]
+    return f" (did you mean {spell(close[0])}?)" if close else ""
+
+
 def _unknown(key: str, where: str) -> ConfigError:
-    close = difflib.get_close_matches(key, [*setting_fields(), HOST], n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    hint = did_you_mean(key.replace("-", "_"), [*setting_fields(), HOST])
     return ConfigError(f"{where}: unknown key '{key}'{hint}")
+
+
+def env_hint(var: str) -> str:
+    """For an MQGW_* variable that names no setting (``Resolved.unknown_env``): the variable
+    it was probably meant to be, as " (did you mean MQGW_AMQP_PORT?)", or ""."""
+    key = var[len(ENV_PREFIX) :].lower().partition("__")[0]
+    return did_you_mean(key, [*setting_fields(), HOST], env_name)
 
 
 def read_file(path: Path) -> Layer:
@@ -215,6 +227,15 @@ class Resolved:
         return self.sources.get(key, DEFAULT)
 
 
+def entry_keys(key: str) -> list[str]:
+    """The keys of one entry of a list of tables (``users``, ``policies``): its model's."""
+    for kind in _union_args(setting_fields()[key].annotation):
+        entry = get_args(kind)[0] if get_origin(kind) is list else None
+        if isinstance(entry, type) and issubclass(entry, BaseModel):
+            return list(entry.model_fields)
+    return []
+
+
 def _describe(error: ValidationError, sources: Mapping[str, Source]) -> str:
     parts = []
     for item in error.errors():
@@ -222,6 +243,11 @@ def _describe(error: ValidationError, sources: Mapping[str, Source]) -> str:
         key = str(loc[0]) if loc else "?"
         path = ".".join(str(p) for p in loc) or "?"
         source = sources.get(key, DEFAULT)
+        if item["type"] == "extra_forbidden" and len(loc) > 1:  # a typo inside [[users]]
+            name, entry = str(loc[-1]), ".".join(str(p) for p in loc[:-1])
+            hint = did_you_mean(name, entry_keys(key))
+            parts.append(f"{entry}: unknown key '{name}'{hint} (from {source})")
+            continue
         given = item.get("input")
         shown = "from"
         if key != "users" and not isinstance(given, dict | list) and item["type"] != "missing":

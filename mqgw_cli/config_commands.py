@@ -23,6 +23,7 @@ from gateway.config_sources import (
     Resolved,
     Source,
     combine,
+    env_hint,
     env_name,
     flag_name,
     parse_text,
@@ -165,7 +166,9 @@ def show(args: argparse.Namespace) -> int:
         return 2
     for var in resolved.unknown_env:
         if var not in CLIENT_ENV:  # the operator commands' own (MQGW_ADMIN_URL, ...)
-            print(f"mqgw config show: {var} names no setting: ignored", file=sys.stderr)
+            print(
+                f"mqgw config show: {var} names no setting: ignored{env_hint(var)}", file=sys.stderr
+            )
     for key, value, source in effective(resolved):
         if args.json:
             print(json.dumps({"key": key, "value": value, "source": str(source)}))

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from gateway.config_sources import ConfigError
+from gateway.config_sources import ConfigError, env_hint
 from mqgw_cli.admin_target import CLIENT_ENV
 from mqgw_cli.broker_command import add_broker_command
 from mqgw_cli.cluster_commands import add_cluster_commands
@@ -57,7 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     for var in resolved.unknown_env:
         if var not in CLIENT_ENV:  # the operator commands' own (MQGW_ADMIN_URL, ...)
-            log.warning("environment variable %s names no setting: ignored", var)
+            log.warning("environment variable %s names no setting: ignored%s", var, env_hint(var))
     if args.workers != 1:  # the cluster topology on this host: mqgw_cli/serve_workers.py
         from mqgw_cli.serve_workers import run as run_workers
 

@@ -139,7 +139,7 @@ def test_hyphenated_keys_and_apply_to_in_the_file(tmp_path: Path) -> None:
         ("amqp-port = 1\namqp_port = 2\n", "'amqp_port' and 'amqp-port' are the same key"),
         ("config_file = 'x.toml'\n", "'config_file' cannot be set in a config file"),
         ("amqp_port = \n", "invalid TOML"),
-        ('[[users]]\nname = "a"\npassword = "b"\ntag = []\n', "users.0.tag: Extra inputs"),
+        ('[[users]]\nname = "a"\npassword = "b"\ntag = []\n', "users.0: unknown key 'tag'"),
         (
             '[[policies]]\nname = "p"\npattern = "x"\ndefinition = {}\napply-to = "queue"\n',
             "policies.0.apply_to: Input should be 'queues', 'exchanges' or 'all'",
