@@ -3,8 +3,9 @@ concern (queues and policies, users/vhosts/permissions, consumption controls, de
 
 Every route but ``/api/health`` needs HTTP basic authentication (gateway/admin/auth.py).
 Errors are JSON in the management plugin's shape, ``{"error": ..., "reason": ...}``; a body
-that is not JSON or does not fit is a 400, as RabbitMQ answers, not FastAPI's 422; a call
-that needs a broker group that is down (cluster) is a 503.
+that is not JSON or does not fit is a 400, as RabbitMQ answers, not FastAPI's 422 (a body is
+JSON whatever its content type says: gateway/admin/json_bodies.py); a call that needs a
+broker group that is down (cluster) is a 503.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.admin import (
     queues_api,
     topology_api,
 )
+from gateway.admin.json_bodies import JsonBodies
 from gateway.admin.paths import KeepEncodedSlashes
 from storage import BrokerUnavailable
 
@@ -53,8 +55,10 @@ def error_body(status: int, reason: str) -> dict[str, Any]:
 def _describe(errors: list[Any]) -> str:
     parts = []
     for error in errors:
-        if error.get("type") == "json_invalid":
-            return f"the request body is not valid JSON: {error.get('msg', '')}"
+        if error.get("type") == "json_invalid":  # say what and where, not "decode error"
+            what = (error.get("ctx") or {}).get("error") or error.get("msg", "")
+            at = error.get("loc", ())[-1:] or ("?",)
+            return f"the request body is not valid JSON: {what} at character {at[0]}"
         where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
         parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else error.get("msg", ""))
     return "; ".join(parts) or "invalid request"
@@ -69,6 +73,7 @@ def create_app(node: Node) -> FastAPI:
     )
 
     app.add_middleware(KeepEncodedSlashes)
+    app.add_middleware(JsonBodies)  # curl -d '{...}' (form-encoded): JSON, as RabbitMQ reads it
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
