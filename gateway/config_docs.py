@@ -37,7 +37,8 @@ RABBITMQ: dict[str, tuple[str, str]] = {
                  "`./data` under the working directory, so that a checkout runs as it is; "
                  "an installation should set it"),
     "vhosts": ("`default_vhost` (`/`)", ""),
-    "users": ("`default_user`, `default_pass` (guest/guest on first start)", ""),
+    "users": ("`default_user`, `default_pass`, `default_user_tags`, `default_permissions` "
+              "(guest/guest, first start only)", ""),
     "loopback_users": ("`loopback_users.guest = true`", ""),
     "policies": ("`rabbitmqctl set_policy`, definitions files", ""),
     "frame_max": ("`frame_max` (131072)", ""),

@@ -136,21 +136,7 @@ class Node:
         """Apply configured users and vhosts, rebuild vhosts, drop transient leftovers, and
         read the alarms once, before any connection is accepted: a node started on a full
         disk blocks publishers from the first frame and serves consumers and deletes."""
-        guest = await self.meta.get_user("guest")
-        for name in self.settings.vhosts:
-            new = await self.meta.get_vhost(name) is None
-            await self.meta.add_vhost(VHost(name=name))
-            if new and guest is not None and not self.settings.users:
-                # First boot without configured users: guest may use the configured vhosts,
-                # as the configured users may (RabbitMQ's default_permissions).
-                await self.meta.set_permission(Permission(user="guest", vhost=name))
-        for user in self.settings.users:
-            stored = User(
-                name=user.name, password_hash=hash_password(user.password), tags=tuple(user.tags)
-            )
-            await self.meta.put_user(stored)
-            for vhost_name in self.settings.vhosts:
-                await self.meta.set_permission(Permission(user=user.name, vhost=vhost_name))
+        await self._apply_configured_users()
         for policy in self.settings.policies:
             await self.meta.put_policy(Policy.model_validate(policy.model_dump()))
         await self.access.load()
@@ -165,6 +151,39 @@ class Node:
                 await self.store.delete_queue(queue_id)
         await self.timer.start()
         await self.check_resources()
+
+    async def _apply_configured_users(self) -> None:
+        """Configured vhosts and users, each created only when it does not exist yet (as
+        RabbitMQ applies default_user on first boot only): what the API changed since, a
+        password or narrowed permissions, stays. Full permissions (RabbitMQ's
+        default_permissions) go to a user created now on every configured vhost, and on a
+        vhost created now to every configured user (to guest when the file names none)."""
+        configured = [user.name for user in self.settings.users]
+        created: list[str] = []
+        for user in self.settings.users:
+            if await self.meta.get_user(user.name) is None:
+                tags = tuple(user.tags)
+                password_hash = hash_password(user.password)
+                await self.meta.put_user(
+                    User(name=user.name, password_hash=password_hash, tags=tags)
+                )
+                created.append(user.name)
+        if not configured and await self.meta.get_user("guest") is not None:
+            configured = ["guest"]
+        for name in self.settings.vhosts:
+            new = await self.meta.get_vhost(name) is None
+            await self.meta.add_vhost(VHost(name=name))
+            for user_name in configured if new else created:
+                await self.meta.set_permission(Permission(user=user_name, vhost=name))
+        users = await self.meta.list_users()
+        if self.settings.admin_port and not any(user.is_administrator for user in users):
+            # Controls, users and permissions need the tag: nobody would get past 403. A
+            # configured user that exists is not changed, so the way in is a new one.
+            log.warning(
+                "no user has the administrator tag: the admin API refuses every control and "
+                "every change of users (403); add a [[users]] entry with a new name and tags = "
+                '["administrator"] to the configuration and restart'
+            )
 
     async def open_vhost(self, name: str) -> VirtualHost:
         """The vhost, opened unless it is already; once per name at a time (in a cluster the

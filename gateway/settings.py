@@ -13,7 +13,7 @@ docs/configuration.md lists every setting. The config file is TOML, e.g.:
     [[users]]
     name = "app"
     password = "s3cret"
-    tags = ["management"]
+    tags = ["administrator"]
     [[policies]]
     name = "ttl"
     pattern = "^orders\\."
@@ -129,10 +129,12 @@ class GatewaySettings(BaseSettings):
     vhosts: list[str] = Field(
         default_factory=lambda: ["/"], description="virtual hosts created at start"
     )
-    # Applied at every start (the file wins for the users it names). A fresh data directory
-    # with no users configured gets guest/guest (administrator), as RabbitMQ's first boot.
+    # Each created at start when no user of its name exists (RabbitMQ's default_user, applied
+    # on first boot only): the API's changes since stay (gateway/node.py). A fresh data
+    # directory with no users configured gets guest/guest (administrator) instead.
     users: list[UserSetting] = Field(
-        default_factory=list, description="users (name, password, tags) applied at start"
+        default_factory=list,
+        description="users (name, password, tags) created at start if they do not exist",
     )
     loopback_users: list[str] = Field(
         default_factory=lambda: ["guest"], description="users who may only connect from loopback"
