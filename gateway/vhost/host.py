@@ -8,21 +8,19 @@ in metadata gets a store queue id and a runtime; deletions cascade to both.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
 from gateway.amqp.errors import AMQPError, NotFound, error_for_code
-from gateway.amqp.events import decode_properties
-from gateway.amqp.property_bytes import PropertyError
 from gateway.features.queue_kinds import new_queue_runtime
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
-from gateway.queues.dead_letter import DeadLetter, is_cycle, republish
+from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
-from gateway.routing import Router, UnknownExchange
+from gateway.routing import Router
+from gateway.vhost import dead_letter_outbox
 from meta.errors import MetaError
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
 from meta.store import MetadataStore
@@ -31,7 +29,6 @@ from storage import (
     BrokerUnavailable,
     Record,
     StoredMessage,
-    StoreError,
     StorePort,
     UnknownQueue,
 )
@@ -299,73 +296,7 @@ class VirtualHost:
 
     async def flush_dead_letters(self) -> int:
         """Republish what queues dead-lettered since the last call, as one batch."""
-        letters, self.dead_letters = self.dead_letters, []
-        for letter in letters:
-            if letter.to_dlq and letter.dlrk is not None and letter.dlrk not in self.queues:
-                await self._declare_dlq(letter.queue, letter.dlrk)
-        now_ms = time.time_ns() // 1_000_000
-        records = []
-        confirmed: list[DeadLetter] = []  # at-least-once: settled once their record is durable
-        for letter in letters:
-            record = self._dead_letter_record(letter, now_ms)
-            if record is not None:
-                records.append(record)
-                confirmed += [letter] if letter.settled is not None else []
-            elif letter.settled is not None:
-                self.dead_letters.append(letter)  # kept and retried (the node's housekeeping)
-        try:
-            await self.append(records, wait_durable=bool(confirmed))
-        except StoreError as error:
-            log.error("vhost %r: %d dead letter(s) not stored: %s", self.name, len(records), error)
-            self.dead_letters += confirmed
-            return 0
-        for letter in confirmed:
-            letter.settled()  # type: ignore[misc]  # not None: only such letters are here
-        return len(records)
-
-    async def _declare_dlq(self, source: str, name: str) -> None:
-        """A backoff queue's dead-letter queue, made on first use, durable like its source."""
-        origin = self.queues.get(source)
-        durable = origin.definition.durable if origin is not None else True
-        definition = QueueDef(vhost=self.name, name=name, durable=durable)
-        try:
-            await self.declare_queue(definition, passive=False, connection_id="")
-            log.info("vhost %r: declared dead-letter queue %r for %r", self.name, name, source)
-        except AMQPError as error:
-            log.error("vhost %r: cannot declare %r: %s", self.name, name, error.reply_text)
-
-    def _dead_letter_record(self, letter: DeadLetter, now_ms: int) -> Record | None:
-        try:
-            message = republish(letter, now_ms // 1000)
-            headers = decode_properties(message.properties).headers
-        except (PropertyError, IndexError, AMQPError) as error:
-            log.warning("queue %r: a dead letter with unreadable properties dropped: %s",
-                        letter.queue, error)  # fmt: skip
-            return None
-        try:
-            routed = self.router.route(
-                message.exchange, message.routing_key, headers, message.properties
-            )
-        except UnknownExchange:
-            return None  # RabbitMQ drops a dead letter whose exchange is gone
-        except AMQPError:
-            return None
-        targets = sorted(
-            name
-            for name in routed.queues
-            if name in self.queues and not is_cycle(name, letter.reason, message.deaths)
-        )
-        if not targets:
-            return None
-        return Record(
-            message.exchange.encode(),
-            message.routing_key.encode(),
-            message.properties,
-            letter.body,
-            tuple((self.queues[name].queue_id, 0) for name in targets),
-            now_ms,
-            PERSISTENT if letter.persistent else 0,
-        )
+        return await dead_letter_outbox.flush(self)
 
     # -- exchanges -----------------------------------------------------------------------
 
