@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.cli.commands import clean_env, mqgw
-from tests.cluster.test_cluster_cli import cli, cluster_dir, entries, remember, running, wait_for
+from tests.cluster.test_cluster_cli import cli, cluster_dir, entries, remember, running
 from tests.cluster.test_cluster_cli import status as cluster_status
+from tests.harness.waiting import check_for
 
 
 def group(directory: Path) -> dict[str, Any]:
@@ -47,7 +48,7 @@ def test_switchover_and_ctl_by_the_cluster_directory(tmp_path: Path) -> None:
         assert all(running(e) for e in entries(data))
 
         env = clean_env(tmp_path)  # no MQGW_ADMIN_*, no credentials file: --dir only
-        wait_for("both brokers in sync", lambda: both_in_sync(directory), 20)
+        check_for(20, lambda: both_in_sync(directory))  # both brokers in sync
         before = group(directory)
         master = before["master"]
         other = next(n for n in before["in_sync"] if n != master)
@@ -75,7 +76,7 @@ def test_switchover_and_ctl_by_the_cluster_directory(tmp_path: Path) -> None:
         )
 
         # The bare id still works, once the old master has caught up again.
-        wait_for("the old master back in sync", lambda: both_in_sync(directory), 20)
+        check_for(20, lambda: both_in_sync(directory))  # the old master caught up again
         back_id = master.rsplit("-", 1)[1]
         back = mqgw("ctl", "switchover", "g1", "--dir", d, "--to", back_id, env=env)
         assert back.returncode == 0, back.stderr
