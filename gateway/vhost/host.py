@@ -355,7 +355,7 @@ class VirtualHost:
             if self.placement is not None:
                 self.placement.forget(definition)
 
-    # -- changes made by other gateways (cluster mode: gateway/cluster/metadata_sync.py) ----------
+    # -- changes made by other gateways (cluster mode: gateway/node/metadata_sync.py) -------------
 
     async def forget(self, deletions: Deletions) -> None:
         await self.apply_deletions(deletions, delete_data=False)

@@ -14,8 +14,8 @@ from typing import Any
 
 import anyio
 
-from gateway.cluster.metadata_sync import apply_change
 from gateway.node import Node
+from gateway.node.metadata_sync import apply_change
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.settings import GatewaySettings

@@ -6,21 +6,22 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from itertools import count
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import anyio
 from pamqp import commands
 
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
-from gateway.cluster import metadata_sync
 from gateway.controls import Controls
 from gateway.features.broadcast import Broadcasts
 from gateway.features.delayed_exchange import DELAYED_KIND, DelayedDelivery
 from gateway.features.direct_reply import DirectReplies
 from gateway.features.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
 from gateway.features.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
+from gateway.node import metadata_sync
+from gateway.node.users import Users
 from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
 from gateway.queues.runtime import QueueRuntime
@@ -36,8 +37,7 @@ from gateway.vhost import VirtualHost
 from meta.change_feed import Change
 from meta.errors import MetadataUnavailable
 from meta.local_store import LocalMetadataStore
-from meta.models import Deletions, Permission, Policy, User, VHost
-from meta.password import check_password, hash_password
+from meta.models import Deletions, Policy, User, VHost
 from meta.store import MetadataStore
 from storage import StoredMessage, StoreError, StorePort
 
@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mqgw.node")
 
 COMMIT_INTERVAL_S = 1.0
-META_RETRY_S = 2.0  # after the metadata store was found away, logins skip it this long
-LOGIN_META_WAIT_S = 1.0  # a login waits no longer for it (a client's handshake has limits)
 COMMIT_YIELD_EVERY = 256
 STORE_AWAY_LOG_EVERY_S = 10.0  # while store calls fail (a broker away): a line this often
 # Housekeeping looks at the alarms once a second; a publisher may write more than that in
@@ -101,8 +99,7 @@ class Node:
         self.scheduler.on_unused = self._delete_unused
         self.cluster: ClusterLink | None = None  # set by the server in cluster mode
         self.remote_backlog: RemoteBacklog | None = None  # likewise
-        self.known_users: dict[str, User] = {}  # as last read: logins while Redis is away
-        self._meta_down_until = 0.0
+        self.users = Users(meta, settings, self.scheduler.clock)
         # Connections closed while the metadata store was away: their exclusive queues.
         self.owners_to_clean: set[str] = set()
 
@@ -136,7 +133,7 @@ class Node:
         """Apply configured users and vhosts, rebuild vhosts, drop transient leftovers, and
         read the alarms once, before any connection is accepted: a node started on a full
         disk blocks publishers from the first frame and serves consumers and deletes."""
-        await self._apply_configured_users()
+        await self.users.apply_configured()
         for policy in self.settings.policies:
             await self.meta.put_policy(Policy.model_validate(policy.model_dump()))
         await self.access.load()
@@ -151,39 +148,6 @@ class Node:
                 await self.store.delete_queue(queue_id)
         await self.timer.start()
         await self.check_resources()
-
-    async def _apply_configured_users(self) -> None:
-        """Configured vhosts and users, each created only when it does not exist yet (as
-        RabbitMQ applies default_user on first boot only): what the API changed since, a
-        password or narrowed permissions, stays. Full permissions (RabbitMQ's
-        default_permissions) go to a user created now on every configured vhost, and on a
-        vhost created now to every configured user (to guest when the file names none)."""
-        configured = [user.name for user in self.settings.users]
-        created: list[str] = []
-        for user in self.settings.users:
-            if await self.meta.get_user(user.name) is None:
-                tags = tuple(user.tags)
-                password_hash = hash_password(user.password)
-                await self.meta.put_user(
-                    User(name=user.name, password_hash=password_hash, tags=tags)
-                )
-                created.append(user.name)
-        if not configured and await self.meta.get_user("guest") is not None:
-            configured = ["guest"]
-        for name in self.settings.vhosts:
-            new = await self.meta.get_vhost(name) is None
-            await self.meta.add_vhost(VHost(name=name))
-            for user_name in configured if new else created:
-                await self.meta.set_permission(Permission(user=user_name, vhost=name))
-        users = await self.meta.list_users()
-        if self.settings.admin_port and not any(user.is_administrator for user in users):
-            # Controls, users and permissions need the tag: nobody would get past 403. A
-            # configured user that exists is not changed, so the way in is a new one.
-            log.warning(
-                "no user has the administrator tag: the admin API refuses every control and "
-                "every change of users (403); add a [[users]] entry with a new name and tags = "
-                '["administrator"] to the configuration and restart'
-            )
 
     async def open_vhost(self, name: str) -> VirtualHost:
         """The vhost, opened unless it is already; once per name at a time (in a cluster the
@@ -272,55 +236,19 @@ class Node:
             await vhost.apply_deletions(deletions)
         log.info("vhost %r deleted", name)
 
+    # -- users (gateway/node/users.py) ----------------------------------------------------
+
     async def authenticate(self, username: str, password: bytes) -> User | None:
-        """Checked by the metadata store; while it is unreachable (Redis down) against the
-        users this gateway saw last, so that clients can still connect to what exists."""
-        try:
-            text = password.decode()
-        except UnicodeDecodeError:
-            return None
-        found, user = await self._ask_meta(self.meta.authenticate(username, text))
-        if found:
-            self._remember(username, user)
-            return user
-        known = self.known_users.get(username)
-        if known is None or not check_password(text, known.password_hash, known.hashing_algorithm):
-            return None
-        return known
+        return await self.users.authenticate(username, password)
 
     def known_user(self, name: str) -> User | None:
-        """The user as this gateway last read it (refreshed at every login)."""
-        return self.known_users.get(name)
+        return self.users.known(name)
 
     async def get_user(self, name: str) -> User | None:
-        found, user = await self._ask_meta(self.meta.get_user(name))
-        if found:
-            self._remember(name, user)
-            return user
-        return self.known_users.get(name)
-
-    async def _ask_meta(self, call: Coroutine[Any, Any, User | None]) -> tuple[bool, User | None]:
-        """(True, answer) from the metadata store, or (False, None) when it is away or slow.
-        After one call found it away, the next few seconds' logins do not wait for it."""
-        if time.monotonic() < self._meta_down_until:
-            call.close()
-            return False, None
-        try:
-            with anyio.fail_after(LOGIN_META_WAIT_S):
-                return True, await call
-        except (MetadataUnavailable, TimeoutError) as error:
-            self._meta_down_until = time.monotonic() + META_RETRY_S
-            log.warning("logins use the users known here: metadata store: %s", error or "slow")
-            return False, None
+        return await self.users.get(name)
 
     async def refresh_users(self) -> None:
-        self.known_users = {user.name: user for user in await self.meta.list_users()}
-
-    def _remember(self, name: str, user: User | None) -> None:
-        if user is None:
-            self.known_users.pop(name, None)
-        else:
-            self.known_users[name] = user
+        await self.users.refresh()
 
     def _queue_deleted(self, queue: QueueRuntime) -> None:
         """Consumers of a deleted queue are cancelled; clients that can hear it are told."""

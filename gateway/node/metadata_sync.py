@@ -17,7 +17,7 @@ from meta.change_feed import Change
 from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, VHost
 
 if TYPE_CHECKING:
-    from gateway.node import Node
+    from gateway.node.node import Node
     from gateway.vhost import VirtualHost
 
 log = logging.getLogger("mqgw.cluster")

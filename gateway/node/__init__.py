@@ -1,0 +1,8 @@
+"""The gateway node, the composition root: one store, one metadata store, its vhosts, the push
+scheduler, the connections and the node's services (``node.py``), the users it authenticates
+against (``users.py``) and the metadata change feed applied to all of them
+(``metadata_sync.py``)."""
+
+from gateway.node.node import Node
+
+__all__ = ["Node"]
