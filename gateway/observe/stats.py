@@ -65,13 +65,12 @@ class QueueSample(NamedTuple):
 
 
 def queue_unacked(queue: QueueRuntime) -> int:
-    """Delivered and not yet settled: what the exact counts leave over (see QueueRuntime).
-    In a cluster, what this gateway holds out: the counts there see only its own publishes
-    and acks (a get of another gateway's message made them -1)."""
-    if queue.leases is not None:
-        return sum(len(offsets) for offsets in queue.inflight)
-    unacked = queue.enqueued - queue.ready_count - queue.acked - queue.dead_lettered
-    return unacked - queue.dropped - queue.retried - queue.dropped_by_retention
+    """Delivered and not yet settled: the deliveries this node holds out, as its in-flight
+    offsets say (less those held only until their dead letter is stored). Not derived from
+    the queue's traffic counters: they start at 0 with the runtime, so after a restart (or,
+    in a cluster, with another gateway's publishes and acks) the difference went negative."""
+    held = sum(len(offsets) for offsets in queue.inflight) - queue.dead_letters.held
+    return max(0, held)
 
 
 def _queue_sample(queue: QueueRuntime, now: float) -> QueueSample:

@@ -33,6 +33,9 @@ class DeadLettering:
     def __init__(self, queue: QueueRuntime, outbox: Callable[[DeadLetter], None] | None) -> None:
         self.queue = queue
         self.outbox = outbox
+        # Offsets kept in the queue's in-flight sets only until their dead letter is durable
+        # (at-least-once): not deliveries, so not unacknowledged (observe/stats.py).
+        self.held = 0
 
     def refused_publish(self, publish: Publish, properties: bytes, record_flags: int) -> None:
         """reject-publish-dlx: the refused message goes to the dead-letter exchange."""
@@ -95,10 +98,12 @@ class DeadLettering:
         durable (then the returned callback settles it)."""
         queue = self.queue
         queue.inflight[partition].add(offset)
+        self.held += 1
 
         def settled() -> None:
             queue.inflight[partition].discard(offset)
             queue.commit_dirty = True
+            self.held -= 1
 
         return settled
 
