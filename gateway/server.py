@@ -23,12 +23,12 @@ from anyio.abc import SocketListener
 from gateway.admin.app import create_app
 from gateway.cluster.backlog import RemoteBacklog, report_progress
 from gateway.cluster.link import ClusterLink, open_cluster_backends
+from gateway.config.settings import GatewaySettings
 from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from gateway.net.listeners import describe, open_listener
 from gateway.net.tls import ReloadingContext, TLSSettingsError, TLSSetup, serve_tls_connection
 from gateway.node import Node
 from gateway.sessions.connection_io import serve_connection
-from gateway.settings import GatewaySettings
 from meta.local_store import LocalMetadataStore
 from meta.redis_store import RedisMetadataStore
 from meta.store import MetadataStore
@@ -162,7 +162,7 @@ async def _serve_admin(
         create_app(node),
         host=settings.admin_host,
         port=settings.admin_port,
-        log_config=None,  # our handlers and levels (gateway/logging_setup.py: "admin")
+        log_config=None,  # our handlers and levels (gateway/config/logging_setup.py: "admin")
         lifespan="off",
     )
     if tls is not None:  # HTTPS: our context (reloaded in place), not one uvicorn builds

@@ -96,7 +96,7 @@ def add_admin_options(parser: argparse.ArgumentParser) -> None:
 
 def _settings_url(config: Path | None, environ: dict[str, str]) -> tuple[str, str]:
     """The URL `mqgw serve` with these settings listens on, and where that came from."""
-    from gateway.config_sources import ConfigError, env_name, resolve
+    from gateway.config.sources import ConfigError, env_name, resolve
 
     names = {env_name(key) for key in _URL_SETTINGS}
     flags = {"config_file": config} if config is not None else {}

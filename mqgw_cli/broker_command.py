@@ -23,7 +23,7 @@ import logging
 import sys
 from typing import Any
 
-from gateway.config_sources import ConfigError
+from gateway.config.sources import ConfigError
 from mqgw_cli.config_commands import add_settings_flags, resolve_args
 
 log = logging.getLogger("mqgw.storage.broker")
@@ -50,7 +50,7 @@ def _has_uvloop() -> bool:
 def _broker(args: argparse.Namespace) -> int:
     import anyio
 
-    from gateway.logging_setup import configure_from_settings
+    from gateway.config.logging_setup import configure_from_settings
     from storage import serve_broker
     from storage.errors import StoreError
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Iterator
 from enum import Enum
 from typing import Any, Literal, get_args, get_origin
 
-from gateway.config_docs import toml_value
-from gateway.config_sources import (
+from gateway.config.reference import toml_value
+from gateway.config.sources import (
     HOST,
     ConfigError,
     Resolved,
@@ -132,8 +132,8 @@ def add_global_flags(parser: argparse.ArgumentParser) -> None:
 def configure_command_logging(args: argparse.Namespace) -> None:
     """Logging for the commands other than serve: the logging flags and MQGW_LOG_* only
     (an unrelated bad MQGW_* value does not stop `mqgw ctl`)."""
-    from gateway.config_sources import build, read_env
-    from gateway.logging_setup import configure_from_settings
+    from gateway.config.logging_setup import configure_from_settings
+    from gateway.config.sources import build, read_env
 
     env_values, env_sources, _ = read_env(os.environ)
     values = {k: v for k, v in env_values.items() if k in LOG_KEYS}

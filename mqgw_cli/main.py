@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from gateway.config_sources import ConfigError, env_hint
+from gateway.config.sources import ConfigError, env_hint
 from mqgw_cli.admin_target import CLIENT_ENV
 from mqgw_cli.broker_command import add_broker_command
 from mqgw_cli.cluster_commands import add_cluster_commands
@@ -46,7 +46,7 @@ def _bench_gc(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gateway.logging_setup import configure_from_settings
+    from gateway.config.logging_setup import configure_from_settings
     from gateway.server import run
 
     try:

@@ -30,9 +30,9 @@ from typing import Any
 
 from bench.cluster import launch, probes
 from bench.cluster.layout import HOST, BrokerMember, Cluster, ClusterError, RedisMember
-from gateway.config_sources import HOST as HOST_KEY
-from gateway.config_sources import flag_name
-from gateway.settings import GatewaySettings
+from gateway.config.settings import GatewaySettings
+from gateway.config.sources import HOST as HOST_KEY
+from gateway.config.sources import flag_name
 from mqgw_cli.broker_command import STORE_KEYS
 from mqgw_cli.config_commands import DEST
 from mqgw_cli.ports import free_port, port_free

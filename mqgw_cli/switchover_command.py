@@ -57,7 +57,7 @@ def meta_url(args: argparse.Namespace) -> str:
                 f"(replicated groups: {which}): only a group with replicas can switch masters"
             )
         return cluster.meta_url
-    from gateway.config_sources import ConfigError, env_name, resolve
+    from gateway.config.sources import ConfigError, env_name, resolve
 
     names = (env_name("meta"), env_name("config_file"))
     flags = {"config_file": args.config} if args.config is not None else {}

@@ -33,7 +33,7 @@ class StoreConfig:
     segment_size_bytes: int = 1 << 30
     cq_entries_per_segment: int = 300_000
     # Fits the small segments tests and tools use; the gateway derives its own from
-    # max_message_size_bytes (gateway/settings.py).
+    # max_message_size_bytes (gateway/config/settings.py).
     max_record_bytes: int = max_record_bytes_for(16 << 20)
     flush: FlushPolicy = FlushPolicy.SYNC
     async_flush_interval_ms: int = 500

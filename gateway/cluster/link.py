@@ -55,9 +55,9 @@ from storage.port import StorePort
 from storage.routed_store import RoutedStore
 
 if TYPE_CHECKING:
+    from gateway.config.settings import GatewaySettings
     from gateway.ports import ClusterNode
     from gateway.queues.runtime import QueueRuntime
-    from gateway.settings import GatewaySettings
 
 log = logging.getLogger("mqgw.cluster")
 

@@ -29,9 +29,9 @@ import anyio
 from anyio.abc import ByteStream, SocketAttribute, TaskStatus
 from anyio.streams.tls import TLSStream
 
+from gateway.config.settings import GatewaySettings
 from gateway.node import Node
 from gateway.sessions.connection_io import serve_connection
-from gateway.settings import GatewaySettings
 
 log = logging.getLogger("mqgw.tls")
 

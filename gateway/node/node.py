@@ -14,6 +14,7 @@ import anyio
 from pamqp import commands
 
 from gateway.amqp.errors import ConnectionForced, PreconditionFailed
+from gateway.config.settings import GatewaySettings
 from gateway.controls import Controls
 from gateway.features.broadcast import Broadcasts
 from gateway.features.delayed_exchange import DELAYED_KIND, DelayedDelivery
@@ -32,7 +33,6 @@ from gateway.sessions import taps
 from gateway.sessions.access import Access
 from gateway.sessions.channel_state import ChannelState, Consumer
 from gateway.sessions.session import Session
-from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
 from meta.change_feed import Change
 from meta.errors import MetadataUnavailable

@@ -10,8 +10,8 @@ from typing import Any
 
 import anyio
 
+from gateway.config.settings import GatewaySettings
 from gateway.queues.clock import Clock
-from gateway.settings import GatewaySettings
 from meta.errors import MetadataUnavailable
 from meta.models import Permission, User, VHost
 from meta.password import check_password, hash_password

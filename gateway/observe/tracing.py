@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span
 
-    from gateway.settings import GatewaySettings
+    from gateway.config.settings import GatewaySettings
 
 log = logging.getLogger("mqgw.trace")
 

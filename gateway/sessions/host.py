@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from gateway.cluster.backlog import RemoteBacklog
     from gateway.cluster.link import ClusterLink
+    from gateway.config.settings import GatewaySettings
     from gateway.controls import Controls
     from gateway.features.broadcast import Broadcasts
     from gateway.features.direct_reply import DirectReplies
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from gateway.sessions.access import Access
     from gateway.sessions.channel_state import ChannelState
     from gateway.sessions.session import Session
-    from gateway.settings import GatewaySettings
     from gateway.vhost import VirtualHost
     from meta.models import User
     from meta.store import MetadataStore

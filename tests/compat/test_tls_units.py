@@ -17,6 +17,7 @@ from pamqp import commands
 from gateway.amqp import ServerConnection, events
 from gateway.amqp.frame_reader import PROTOCOL_HEADER
 from gateway.amqp.sasl import certificate_login
+from gateway.config.settings import GatewaySettings
 from gateway.net.listeners import describe, listen_hosts, open_listener
 from gateway.net.tls import (
     CertFiles,
@@ -26,7 +27,6 @@ from gateway.net.tls import (
     build_context,
     version_range,
 )
-from gateway.settings import GatewaySettings
 from tests.amqp.helpers import parse, start_ok
 from tests.compat.test_tls import Pki, write_leaf
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.servers import check_for
-from gateway.config_sources import ConfigError, env_hint, resolve
+from gateway.config.sources import ConfigError, env_hint, resolve
 from tests.harness.processes import REPO, GatewayProcess
 
 USER_TYPO = '[[users]]\nname = "app"\npassword = "s3cret"\ntag = ["administrator"]\n'

@@ -21,10 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: dict[str, int] = {
     "gateway.amqp": 0,
     "gateway.routing": 0,
-    "gateway.settings": 0,
-    "gateway.config_sources": 0,
-    "gateway.config_docs": 0,
-    "gateway.logging_setup": 0,
+    "gateway.config": 0,
     "gateway.resources": 0,
     "gateway.observe.histogram": 0,  # a leaf the scheduler records into
     "gateway.observe.otel_extra": 0,  # a leaf the settings check

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config_sources import ConfigError, resolve, setting_fields, value_kind
-from gateway.settings import GatewaySettings
+from gateway.config.settings import GatewaySettings
+from gateway.config.sources import ConfigError, resolve, setting_fields, value_kind
 from mqgw_cli.config_commands import effective, flags_given
 from mqgw_cli.main import build_parser
 from storage.commit_log import CommitLog

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config_sources import resolve
-from gateway.logging_setup import (
+from gateway.config.logging_setup import (
     category_of,
     configure_from_settings,
     configure_logging,
     parse_rotation,
 )
+from gateway.config.sources import resolve
 
 
 @pytest.fixture(autouse=True)

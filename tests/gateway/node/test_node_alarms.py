@@ -7,8 +7,8 @@ from typing import Any
 
 import anyio
 
+from gateway.config.settings import GatewaySettings
 from gateway.node import Node
-from gateway.settings import GatewaySettings
 from tests.harness.stub_session import StubSession
 
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import anyio
 
+from gateway.config.settings import GatewaySettings
 from gateway.node import Node
 from gateway.node.metadata_sync import apply_change
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
-from gateway.settings import GatewaySettings
 from gateway.vhost import VirtualHost
 from meta.change_feed import change
 from meta.local_store import LocalMetadataStore

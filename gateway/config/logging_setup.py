@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from gateway.settings import GatewaySettings
+    from gateway.config.settings import GatewaySettings
 
 LogFormat = Literal["plain", "json"]
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

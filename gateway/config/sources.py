@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import PydanticBaseSettingsSource
 
-from gateway.settings import READ_ENVIRONMENT, GatewaySettings
+from gateway.config.settings import READ_ENVIRONMENT, GatewaySettings
 
 ENV_PREFIX = "MQGW_"
 HOST = "host"  # not a field: sets amqp_host and admin_host unless the same source sets them

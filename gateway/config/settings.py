@@ -3,7 +3,7 @@
 One key name everywhere: the field ``amqp_port`` is ``--amqp-port``, ``MQGW_AMQP_PORT`` and
 ``amqp_port`` (or RabbitMQ's hyphenated ``amqp-port``) in the TOML file. ``host`` (flag
 ``--host``, ``MQGW_HOST``) sets ``amqp_host`` and ``admin_host`` unless the same source sets
-those. gateway/config_sources.py reads the sources and names the source of every value;
+those. gateway/config/sources.py reads the sources and names the source of every value;
 docs/configuration.md lists every setting. The config file is TOML, e.g.:
 
     amqp_port = 5673
@@ -39,7 +39,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.amqp.channel import MAX_MSG_SIZE
-from gateway.logging_setup import check_category, level_number, parse_rotation
+from gateway.config.logging_setup import check_category, level_number, parse_rotation
 from storage import FlushPolicy, StoreConfig
 from storage.config import largest_record_in, max_record_bytes_for
 
@@ -321,7 +321,7 @@ class GatewaySettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         if not READ_ENVIRONMENT.get():
             return (init_settings,)
-        from gateway.config_sources import EnvironmentSource  # noqa: PLC0415 (import cycle)
+        from gateway.config.sources import EnvironmentSource  # noqa: PLC0415 (import cycle)
 
         return init_settings, EnvironmentSource(settings_cls)
 
@@ -329,7 +329,7 @@ class GatewaySettings(BaseSettings):
     def load(cls, config_file: Path | None = None, **overrides: Any) -> GatewaySettings:
         """Settings from ``config_file``, the environment and ``overrides`` (as flags);
         ConfigError (one line, naming the key and its source) when something is wrong."""
-        from gateway.config_sources import resolve  # noqa: PLC0415 (import cycle)
+        from gateway.config.sources import resolve  # noqa: PLC0415 (import cycle)
 
         flags = {k: v for k, v in overrides.items() if v is not None}
         if config_file is not None:
