@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.load.connection import RawConnection
+from localcluster.ports import free_port
 from mqgw_cli.admin_client import admin_call  # readiness probe: our own raw client
-from mqgw_cli.ports import free_port
 
 T = TypeVar("T")
 

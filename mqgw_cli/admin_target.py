@@ -121,7 +121,7 @@ def _settings_url(config: Path | None, environ: dict[str, str]) -> tuple[str, st
 
 
 def _cluster_url(directory: Path) -> tuple[str, str]:
-    from bench.cluster.layout import ClusterError, load
+    from localcluster.layout import ClusterError, load
 
     try:
         cluster = load(directory.resolve())

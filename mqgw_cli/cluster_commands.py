@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from bench.cluster.layout import Cluster, Member
-    from bench.cluster.roles import Observed
+    from localcluster.layout import Cluster, Member
+    from localcluster.roles import Observed
 
 
 def _console() -> Console:
@@ -53,7 +53,7 @@ def _progress(console: Console) -> Any:
 
 def _shape(args: argparse.Namespace) -> Any:
     """The Shape asked for, or why it cannot be (a str)."""
-    from bench.cluster.layout import Shape
+    from localcluster.layout import Shape
 
     controllers = args.controllers
     if controllers is None:
@@ -66,8 +66,8 @@ def _shape(args: argparse.Namespace) -> Any:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from bench.cluster import control
-    from bench.cluster.layout import ClusterError
+    from localcluster import control
+    from localcluster.layout import ClusterError
 
     shape = _shape(args)
     if isinstance(shape, str):
@@ -96,8 +96,8 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _add_group(args: argparse.Namespace) -> int:
-    from bench.cluster import control
-    from bench.cluster.layout import ClusterError
+    from localcluster import control
+    from localcluster.layout import ClusterError
 
     if args.replicas < 1:
         print("mqgw cluster add-group: --replicas must be ≥ 1", file=sys.stderr)
@@ -144,14 +144,14 @@ def _members_table(cluster: Cluster) -> Any:
 
 
 def _epoch(member: Member) -> str:
-    from bench.cluster.layout import BrokerMember
+    from localcluster.layout import BrokerMember
 
     return str(member.epoch) if isinstance(member, BrokerMember) and member.replicated else "-"
 
 
 def _groups(cluster: Cluster, observed: Observed | None) -> list[dict[str, Any]]:
     """Each replicated group as the controller's record has it, brokers by their names."""
-    from mqgw_cli.broker_names import broker_name
+    from localcluster.broker_names import broker_name
 
     if observed is None:
         return []
@@ -173,8 +173,8 @@ def _groups(cluster: Cluster, observed: Observed | None) -> list[dict[str, Any]]
 def _refreshed(cluster: Cluster) -> Observed | None:
     """Roles as Redis has them now; written to cluster.json too when that is free at once
     (status never waits behind another command, which refreshes before it writes anyway)."""
-    from bench.cluster import control, roles
-    from bench.cluster.layout import ClusterError, load
+    from localcluster import control, roles
+    from localcluster.layout import ClusterError, load
 
     observed = roles.refresh(cluster)
     if observed is None:
@@ -193,8 +193,8 @@ def _refreshed(cluster: Cluster) -> Observed | None:
 def _status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from bench.cluster import health
-    from bench.cluster.layout import ClusterError, load
+    from localcluster import health
+    from localcluster.layout import ClusterError, load
 
     try:
         cluster = load(args.dir.resolve())
@@ -245,8 +245,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from bench.cluster import control
-    from bench.cluster.layout import ClusterError
+    from localcluster import control
+    from localcluster.layout import ClusterError
 
     try:
         result = control.stop(args.dir, args.name, args.kill, args.timeout)
@@ -258,8 +258,8 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from bench.cluster import control
-    from bench.cluster.layout import ClusterError
+    from localcluster import control
+    from localcluster.layout import ClusterError
 
     console = _console()
     try:
@@ -275,8 +275,8 @@ def _start(args: argparse.Namespace) -> int:
 def _down(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from bench.cluster import control
-    from bench.cluster.layout import STATE_FILE, ClusterError
+    from localcluster import control
+    from localcluster.layout import STATE_FILE, ClusterError
 
     if not (args.dir / STATE_FILE).exists():
         print(f"no cluster in {args.dir} ({STATE_FILE} is missing): nothing to stop")
@@ -298,7 +298,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def add_cluster_commands(commands: Any) -> None:
-    from bench.cluster.layout import DEFAULT_TIMEOUT_S  # light: keeps `mqgw serve` fast
+    from localcluster.layout import DEFAULT_TIMEOUT_S  # light: keeps `mqgw serve` fast
 
     cluster = commands.add_parser(
         "cluster",

@@ -174,7 +174,7 @@ def reconcile(args: argparse.Namespace) -> int:
     if args.store is not None and is_cluster_dir(target):
         _err(f"mqgw replay reconcile: {target} is a cluster dir: give it as --cluster")
         return 2
-    from bench.cluster.layout import ClusterError
+    from localcluster.layout import ClusterError
     from meta.errors import MetadataUnavailable
     from replay.reconcile import ReconcileOptions
     from replay.reconcile import reconcile as run_reconcile

@@ -1,6 +1,6 @@
 """`mqgw serve --workers N`: the cluster topology on one host, supervised by one command.
 
-It starts, as its own children (bench/cluster/launch.py builds the Redis and broker command
+It starts, as its own children (localcluster/launch.py builds the Redis and broker command
 lines, as for `mqgw cluster up`):
 
 - ``redis``: a private `redis-server` from the PATH on a free loopback port, its AOF in
@@ -28,14 +28,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench.cluster import launch, probes
-from bench.cluster.layout import HOST, BrokerMember, Cluster, ClusterError, RedisMember
 from gateway.config.settings import GatewaySettings
 from gateway.config.sources import HOST as HOST_KEY
 from gateway.config.sources import flag_name
+from localcluster import launch, probes
+from localcluster.layout import HOST, BrokerMember, Cluster, ClusterError, RedisMember
+from localcluster.ports import free_port, port_free
 from mqgw_cli.broker_command import STORE_KEYS
 from mqgw_cli.config_commands import DEST
-from mqgw_cli.ports import free_port, port_free
 from mqgw_cli.supervisor import Child, StartFailed, Supervisor
 
 READY_TIMEOUT_S = 60.0

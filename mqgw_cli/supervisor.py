@@ -4,7 +4,7 @@ Each child runs in its own session (the terminal's Ctrl-C goes to the parent alo
 stops the children in order) with a parent-death signal (Linux ``PR_SET_PDEATHSIG``): if the
 parent is killed outright, the kernel sends SIGTERM to every child, so nothing is left behind.
 A child that dies while the parent runs is restarted after a backoff (1 s, doubling up to
-30 s; back to 1 s once it has run 30 s). Unlike bench/cluster/launch.py, whose processes
+30 s; back to 1 s once it has run 30 s). Unlike localcluster/launch.py, whose processes
 outlive the command that starts them, these are the parent's own.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cluster import probes
+from localcluster import probes
 
 log = logging.getLogger("mqgw.server.workers")
 

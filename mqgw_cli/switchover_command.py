@@ -19,7 +19,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from mqgw_cli.broker_names import broker_id, broker_name, broker_names
+from localcluster.broker_names import broker_id, broker_name, broker_names
 
 PROG = "mqgw ctl switchover"
 
@@ -43,7 +43,7 @@ def meta_url(args: argparse.Namespace) -> str:
     if args.meta:
         return str(args.meta)
     if args.dir is not None:
-        from bench.cluster.layout import ClusterError, load
+        from localcluster.layout import ClusterError, load
 
         try:
             cluster = load(args.dir.resolve())

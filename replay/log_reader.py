@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.cluster.layout import load
 from gateway.features.log_timer import TIMER_QUEUE_ID
+from localcluster.layout import load
 from meta.redis_store import RedisMetadataStore
 from storage.check import find_store_dir, record_limit
 from storage.commit_log import CommitLog
@@ -64,7 +64,7 @@ class QueueName:
 
 
 QueueNames = Mapping[int, QueueName]
-CLUSTER_FILE = "cluster.json"  # bench/cluster/layout.py's STATE_FILE: what marks a cluster dir
+CLUSTER_FILE = "cluster.json"  # localcluster/layout.py's STATE_FILE: what marks a cluster dir
 _REDIS_TIMEOUT_S = 5.0
 
 

@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench.cluster import control
-from bench.cluster.layout import Member, Shape
 from bench.cpu_cap import CapStats, CpuCap, describe
 from bench.load.runner import Target, console
 from bench.servers import GatewayServer, RabbitMQProcess
+from localcluster import control
+from localcluster.layout import Member, Shape
 from mqgw_cli.admin_client import admin_call
 
 CLUSTER_START_TIMEOUT_S = 60.0

@@ -21,7 +21,7 @@ import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mqgw_cli.ports import free_port
+from localcluster.ports import free_port
 from tests.harness.processes import GatewayProcess
 
 QUEUE = "counted"

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 from bench.servers import check_for
-from mqgw_cli.ports import free_port
+from localcluster.ports import free_port
 from tests.harness.processes import REPO, GatewayProcess
 
 NO_ADMINISTRATOR = "no user has the administrator tag"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mqgw_cli.ports import free_port
+from localcluster.ports import free_port
 from tests.harness.processes import REPO, GatewayProcess
 
 README_PORT = "15672"

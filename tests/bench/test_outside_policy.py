@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from bench.load.compare import url_target
-from mqgw_cli.ports import free_port
+from localcluster.ports import free_port
 from tests.harness.processes import GatewayProcess
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mqgw_cli.ports import free_port
+from localcluster.ports import free_port
 from tests.cli.commands import clean_env, mqgw
 from tests.cli.conftest import NotMqgw
 from tests.harness.processes import GatewayProcess

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.cluster.layout import Shape, new_group, plan
-from mqgw_cli.ports import free_port
+from localcluster.layout import Shape, new_group, plan
+from localcluster.ports import free_port
 from tests.cli.commands import clean_env, mqgw
 
 PROG = "mqgw ctl switchover"

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from bench.servers import BrokerServer as BrokerProcess
-from mqgw_cli.ports import free_port
+from localcluster.ports import free_port
 from storage import QUEUE_GROUP, BrokerUnavailable, Record, RemoteStore, connect_remote_store
 from storage.routed_store import RoutedStore
 

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.cluster.layout import HOST
+from localcluster.layout import HOST
 
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 _FRAME_METHOD = 1

@@ -1,9 +1,9 @@
-"""`python -m bench.cluster.watch D`: keep D/cluster.json's roles, epochs and controller
+"""`python -m localcluster.watch D`: keep D/cluster.json's roles, epochs and controller
 leader current while the cluster runs.
 
 `mqgw cluster up` starts it (as the member "watcher") when the cluster has replicated groups
 or controllers, and `down` stops it first. Every ``POLL_S`` it reads the controller's keys in
-Redis (bench/cluster/roles.py); when what they say differs from cluster.json, it takes the
+Redis (localcluster/roles.py); when what they say differs from cluster.json, it takes the
 cluster lock without waiting, reads cluster.json again under it (a command may have changed
 pids meanwhile), sets only the role fields and writes the file atomically. A failover shows
 in cluster.json within a poll of the controller's decision. While a command holds the lock
@@ -20,9 +20,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from bench.cluster import roles
-from bench.cluster.control import try_locked
-from bench.cluster.layout import STATE_FILE, ClusterError, load
+from localcluster import roles
+from localcluster.control import try_locked
+from localcluster.layout import STATE_FILE, ClusterError, load
 
 POLL_S = 0.2
 
@@ -73,7 +73,7 @@ def watch(directory: Path, stop: threading.Event) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m bench.cluster.watch D", file=sys.stderr)
+        print("usage: python -m localcluster.watch D", file=sys.stderr)
         return 2
     stop = threading.Event()
 

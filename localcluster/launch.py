@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from bench.cluster import probes
-from bench.cluster.layout import (
+from localcluster import probes
+from localcluster.layout import (
     BrokerMember,
     Cluster,
     ClusterError,
@@ -31,7 +31,7 @@ from bench.cluster.layout import (
     RedisMember,
     WatcherMember,
 )
-from mqgw_cli.ports import port_free
+from localcluster.ports import port_free
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _POLL_S = 0.05
@@ -78,7 +78,7 @@ def command(member: Member, cluster: Cluster) -> list[str]:
     if isinstance(member, ControllerMember):
         return [*mqgw, "controller", "--meta", member.url, "--name", member.name]
     if isinstance(member, WatcherMember):
-        return [sys.executable, "-m", "bench.cluster.watch", member.data_dir]
+        return [sys.executable, "-m", "localcluster.watch", member.data_dir]
     if isinstance(member, GatewayMember):
         return [
             *mqgw, "serve",
@@ -122,7 +122,7 @@ def is_alive(member: Member) -> bool:
         named = any(a == "--name" and b == member.name for a, b in pairwise(args))
         return "controller" in args and named and member.url in args
     if isinstance(member, WatcherMember):
-        return "bench.cluster.watch" in args and member.data_dir in args
+        return "localcluster.watch" in args and member.data_dir in args
     return any("mqgw" in arg for arg in args) and member.data_dir in args
 
 

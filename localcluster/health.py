@@ -15,9 +15,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from bench.cluster import probes
-from bench.cluster.launch import is_alive
-from bench.cluster.layout import (
+from localcluster import probes
+from localcluster.launch import is_alive
+from localcluster.layout import (
     BrokerMember,
     Cluster,
     ControllerMember,
@@ -26,7 +26,7 @@ from bench.cluster.layout import (
     RedisMember,
     WatcherMember,
 )
-from bench.cluster.roles import FRESH_HEARTBEAT_MS, Observed
+from localcluster.roles import FRESH_HEARTBEAT_MS, Observed
 from meta.cluster import BrokerInfo
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore

@@ -4,7 +4,7 @@
 Each one that changes the cluster holds an exclusive lock on D/.cluster.lock, so two
 commands on the same directory (a test's teardown and a stray `up`, say) cannot interleave,
 and writes cluster.json after every step: if a command dies half-way, the file still names
-every process it started, and `down` can stop them. The watcher (bench/cluster/watch.py)
+every process it started, and `down` can stop them. The watcher (localcluster/watch.py)
 takes the same lock for each rewrite, without waiting for it: while a command holds it, the
 command refreshes the roles itself (``roles.refresh``) before it writes.
 """
@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.cluster import launch, probes, roles
-from bench.cluster.layout import (
+from localcluster import launch, probes, roles
+from localcluster.broker_names import broker_name, broker_names
+from localcluster.layout import (
     STATE_FILE,
     BrokerMember,
     Cluster,
@@ -29,7 +30,6 @@ from bench.cluster.layout import (
     new_group,
     plan,
 )
-from mqgw_cli.broker_names import broker_name, broker_names
 
 OnReady = Callable[[Member, float], None]  # a process is up, after so many seconds
 OnNote = Callable[[str], None]  # progress that is not one process: a group got its master

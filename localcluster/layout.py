@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mqgw_cli.broker_names import broker_name
-from mqgw_cli.ports import free_port, port_free
+from localcluster.broker_names import broker_name
+from localcluster.ports import free_port, port_free
 
 FORMAT = 2  # cluster.json's format version: bump when a reader must change
 # Format 1 (cluster part 1) is format 2 without controllers, watcher, epochs and replication:
@@ -69,7 +69,7 @@ class RedisMember(Member):
 @dataclass(kw_only=True)
 class BrokerMember(Member):
     # Unreplicated: always "master". Replicated: "master", "slave" or "none", as Redis says
-    # (bench/cluster/roles.py), with the epoch it has it at.
+    # (localcluster/roles.py), with the epoch it has it at.
     role: str = "master"
     group: str
     broker_id: str
@@ -128,7 +128,7 @@ class ControllerMember(Member):
 
 @dataclass(kw_only=True)
 class WatcherMember(Member):
-    """`python -m bench.cluster.watch D`: rewrites roles, epochs and the controller leader in
+    """`python -m localcluster.watch D`: rewrites roles, epochs and the controller leader in
     cluster.json when they change. ``data_dir`` is D, whose cluster.json it keeps."""
 
     role: str = "watcher"
