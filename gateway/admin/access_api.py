@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, field_validator
 
 from gateway.admin.auth import ADMINISTRATOR, MANAGEMENT, granted, reads_everything, requires
 from gateway.admin.paths import SlashRoute
-from gateway.observe.stats import queue_unacked
+from gateway.observe.stats import QueueCounts, queue_counts
 from gateway.sessions import taps
 from meta.definitions_export import permission_entry, user_entry
 from meta.models import Permission, User, VHost
@@ -23,6 +23,7 @@ from meta.password import SHA256_ALGORITHM, hash_password
 
 if TYPE_CHECKING:
     from gateway.node import Node
+    from gateway.queues.runtime import QueueRuntime
 
 
 class UserBody(BaseModel):
@@ -68,7 +69,10 @@ def split_tags(tags: str | list[str]) -> tuple[str, ...]:
     return tuple(t.strip() for t in items if t.strip())
 
 
-def vhost_json(vhost: VHost, node: Node | None = None) -> dict[str, Any]:
+def vhost_json(
+    vhost: VHost, node: Node | None = None, counts: dict[int, QueueCounts] | None = None
+) -> dict[str, Any]:
+    """``counts``: queue_counts of (at least) the vhost's queues, for its message counts."""
     body: dict[str, Any] = {
         "name": vhost.name,
         "description": vhost.description,
@@ -77,15 +81,21 @@ def vhost_json(vhost: VHost, node: Node | None = None) -> dict[str, Any]:
         "tracing": vhost.tracing,
     }
     opened = None if node is None else node.vhosts.get(vhost.name)
-    if opened is not None:  # the counts RabbitMQ shows per vhost (rabbitmqadmin list vhosts)
-        ready = sum(q.ready_count for q in opened.queues.values())
-        unacked = sum(queue_unacked(q) for q in opened.queues.values())
+    if opened is not None and counts is not None:  # as RabbitMQ (rabbitmqadmin list vhosts)
+        mine = [counts[q.queue_id] for q in opened.queues.values() if q.queue_id in counts]
+        ready = sum(c.ready for c in mine)
+        unacked = sum(c.unacked for c in mine)
         body |= {
             "messages": ready + unacked,
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
         }
     return body
+
+
+def node_queues(node: Node, vhosts: list[str]) -> list[QueueRuntime]:
+    """The queue runtimes of those of ``vhosts`` open on the node."""
+    return [q for name in vhosts if (v := node.vhosts.get(name)) for q in v.queues.values()]
 
 
 def routes(node: Node) -> APIRouter:
@@ -154,11 +164,13 @@ def routes(node: Node) -> APIRouter:
 
     @router.get("/api/vhosts", summary="The vhosts the user may see")
     async def vhosts(user: User = management) -> list[dict[str, Any]]:
-        return [
-            vhost_json(v, node)
+        shown = [
+            v
             for v in await node.meta.list_vhosts()
             if reads_everything(user) or node.access.may_use_vhost(user.name, v.name)
         ]
+        counts = await queue_counts(node_queues(node, [v.name for v in shown]))
+        return [vhost_json(v, node, counts) for v in shown]
 
     @router.get("/api/vhosts/{name}", summary="One vhost")
     async def get_vhost(name: str, user: User = management) -> dict[str, Any]:
@@ -166,7 +178,7 @@ def routes(node: Node) -> APIRouter:
         visible = reads_everything(user) or node.access.may_use_vhost(user.name, name)
         if vhost is None or not visible:
             raise HTTPException(404, f"no vhost '{name}'")
-        return vhost_json(vhost, node)
+        return vhost_json(vhost, node, await queue_counts(node_queues(node, [name])))
 
     @router.put(
         "/api/vhosts/{name}",

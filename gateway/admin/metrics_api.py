@@ -35,7 +35,7 @@ from gateway.admin.overview_api import RABBITMQ_API_VERSION
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import head_age_s
 from gateway.observe.histogram import Histogram
-from gateway.observe.stats import queue_unacked
+from gateway.observe.stats import QueueCounts, queue_counts
 from gateway.resources import memory
 from meta.models import User
 from storage import StoreError
@@ -135,8 +135,10 @@ async def take_snapshot(node: Node, per_object: bool) -> Snapshot:
     totals = [0.0] * len(QUEUE_FIELDS)
     queues = 0
     consumers = 0
-    for index, queue in enumerate(node.all_queues()):
-        row = _queue_row(queue, held, now_ms)
+    scraped = list(node.all_queues())
+    counts = await queue_counts(scraped)
+    for index, queue in enumerate(scraped):
+        row = _queue_row(queue, counts[queue.queue_id], held, now_ms)
         queues += 1
         consumers += len(queue.consumers)
         for i, value in enumerate(row):
@@ -154,12 +156,13 @@ def _counter_keys() -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for _, _, keys in GLOBAL_COUNTERS for k in keys))
 
 
-def _queue_row(queue: QueueRuntime, held: dict[int, int], now_ms: int) -> tuple[float, ...]:
+def _queue_row(
+    queue: QueueRuntime, counts: QueueCounts, held: dict[int, int], now_ms: int
+) -> tuple[float, ...]:
     lag = head_age_s(queue, now_ms)
-    unacked = queue_unacked(queue)
     return (
-        queue.ready_count,
-        unacked,
+        counts.ready,
+        counts.unacked,
         len(queue.consumers),
         queue.enqueued,
         queue.delivered,
@@ -169,7 +172,7 @@ def _queue_row(queue: QueueRuntime, held: dict[int, int], now_ms: int) -> tuple[
         held.get(queue.queue_id, 0),
         0.0 if lag is None else lag,
         1.0 if queue.paused else 0.0,
-        queue.ready_count + unacked,
+        counts.messages,
     )
 
 

@@ -22,7 +22,7 @@ from gateway.admin.auth import MANAGEMENT, MONITORING, reads_everything, require
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import may_see
 from gateway.features.delayed_exchange import EXCHANGE_TYPES
-from gateway.observe.stats import queue_unacked
+from gateway.observe.stats import queue_counts
 from gateway.resources import memory
 from meta.models import User
 
@@ -43,9 +43,10 @@ def _age_params(request: Request) -> tuple[int | None, int | None]:
         raise HTTPException(400, "msg_rates_age and msg_rates_incr must be integers") from None
 
 
-def _queue_totals(node: Node, queues: list[QueueRuntime], whole_node: bool) -> dict[str, Any]:
-    ready = sum(q.ready_count for q in queues)
-    unacked = sum(queue_unacked(q) for q in queues)
+async def _queue_totals(node: Node, queues: list[QueueRuntime], whole_node: bool) -> dict[str, Any]:
+    counts = (await queue_counts(queues)).values()
+    ready = sum(c.ready for c in counts)
+    unacked = sum(c.unacked for c in counts)
     rates = node.stats.length_rates() if whole_node else (0.0, 0.0, 0.0)
     return {
         "messages": ready + unacked,
@@ -137,7 +138,7 @@ def routes(node: Node) -> APIRouter:
             "message_stats": node.stats.message_stats(age, incr)
             if everything
             else _vhost_message_stats(node, queues),
-            "queue_totals": _queue_totals(node, queues, everything),
+            "queue_totals": await _queue_totals(node, queues, everything),
             "object_totals": {
                 "connections": len(sessions),
                 "channels": sum(len(s.channels) for s in sessions),

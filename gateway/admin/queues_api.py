@@ -15,7 +15,7 @@ from gateway.admin.auth import MANAGEMENT, MONITORING, POLICYMAKER, reads_everyt
 from gateway.admin.connections_api import consumer_json, json_value
 from gateway.admin.paths import SlashRoute
 from gateway.features.redelivery import redrive
-from gateway.observe.stats import queue_message_stats, queue_unacked
+from gateway.observe.stats import QueueCounts, queue_counts, queue_message_stats
 from gateway.sessions.channel_state import Consumer
 from meta.models import Policy, User
 
@@ -32,10 +32,12 @@ def head_age_s(queue: QueueRuntime, now_ms: int) -> float | None:
     return round(max(0, now_ms - min(stamps)) / 1000, 3) if stamps else None
 
 
-def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[str, Any]:
+def queue_stats(
+    node: Node, queue: QueueRuntime, held: dict[int, int], counts: dict[int, QueueCounts]
+) -> dict[str, Any]:
     active = queue.active_consumer
     exclusive = next((c.tag for c in queue.consumers if c.exclusive), None)
-    unacked = queue_unacked(queue)
+    ready, unacked = counts[queue.queue_id]
     behaviour = queue.behaviour
     definition = queue.definition
     control = node.controls.effective_for_queue(definition.vhost, queue.name)
@@ -55,11 +57,11 @@ def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[s
         "consumers": len(queue.consumers),
         "exclusive_consumer_tag": exclusive,
         "single_active_consumer_tag": None if active is None else active.tag,
-        "messages_ready": queue.ready_count,
+        "messages_ready": ready,
         "messages_ready_details": {"rate": ready_rate},
         "messages_unacknowledged": unacked,
         "messages_unacknowledged_details": {"rate": unacked_rate},
-        "messages": queue.ready_count + unacked,
+        "messages": ready + unacked,
         "messages_details": {"rate": messages},
         "message_bytes_ready": queue.ready_bytes,
         "message_stats": queue_message_stats(node.stats, queue),
@@ -67,7 +69,7 @@ def queue_stats(node: Node, queue: QueueRuntime, held: dict[int, int]) -> dict[s
         "mqgw": {
             "partitions": queue.partitions,
             "committed_offsets": queue.committed_offsets(),
-            "consumer_lag_messages": queue.ready_count + unacked,
+            "consumer_lag_messages": ready + unacked,
             "consumer_lag_seconds": head_age_s(queue, time.time_ns() // 1_000_000),
             "published": queue.enqueued,
             "delivered": queue.delivered,
@@ -150,19 +152,23 @@ def routes(node: Node) -> APIRouter:
     @router.get("/api/queues", summary="Every queue with its counts and effective control")
     async def queues(request: Request, user: User = management) -> Any:
         held = await node.store.held_back_bytes()
-        rows = [
-            queue_stats(node, q, held)
+        shown = [
+            q
             for v in node.vhosts.values()
             if may_see(node, user, v.name)
             for q in v.queues.values()
         ]
+        counts = await queue_counts(shown)
+        rows = [queue_stats(node, q, held, counts) for q in shown]
         return pagination.apply(request, rows)
 
     @router.get("/api/queues/{vhost}", summary="The queues of one vhost")
     async def vhost_queues(request: Request, vhost: str, user: User = management) -> Any:
         host = vhost_or_404(vhost, user)
         held = await node.store.held_back_bytes()
-        rows = [queue_stats(node, q, held) for q in host.queues.values()]
+        shown = list(host.queues.values())
+        counts = await queue_counts(shown)
+        rows = [queue_stats(node, q, held, counts) for q in shown]
         return pagination.apply(request, rows)
 
     @router.get("/api/queues/{vhost}/{name}", summary="One queue's counts, partitions and lag")
@@ -170,7 +176,8 @@ def routes(node: Node) -> APIRouter:
         runtime = vhost_or_404(vhost, user).queues.get(name)
         if runtime is None:
             raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
-        stats = queue_stats(node, runtime, await node.store.held_back_bytes())
+        held = await node.store.held_back_bytes()
+        stats = queue_stats(node, runtime, held, await queue_counts([runtime]))
         # As RabbitMQ's management plugin: the consumers only in the one-queue view.
         stats["consumer_details"] = [
             consumer_json(node, c) for c in cast(list[Consumer], list(runtime.consumers))

@@ -52,7 +52,9 @@ async def report_progress(queues: Callable[[], Iterable[QueueRuntime]]) -> None:
     while it is behind (what the others' publishers are held by), once more as it catches up
     (else its last report, still behind, would hold them until it goes stale), and now and
     then for the others whose position moved (fresh counts on other gateways)."""
-    reported: dict[int, list[int]] = {}  # queue id -> its cursors at its last report
+    # queue id -> its cursors and ready count at its last report: a delivery from what it
+    # holds in hand, or a requeue, moves no cursor but changes what the others count.
+    reported: dict[int, tuple[tuple[int, ...], int]] = {}
     behind: set[int] = set()  # queues behind at the last tick
     tick = turn = 0
     while True:
@@ -68,7 +70,7 @@ async def report_progress(queues: Callable[[], Iterable[QueueRuntime]]) -> None:
                 now_behind.add(queue_id)
                 due.append(queue)
             elif queue_id in behind or (
-                tick % MOVED_EVERY == 0 and reported.get(queue_id) != queue.cursors
+                tick % MOVED_EVERY == 0 and reported.get(queue_id) != _position(queue)
             ):
                 due.append(queue)
         behind = now_behind
@@ -76,12 +78,16 @@ async def report_progress(queues: Callable[[], Iterable[QueueRuntime]]) -> None:
             continue
         start = turn % len(due)
         for queue in (due[start:] + due[:start])[:REPORT_MAX_QUEUES]:
-            reported[queue.queue_id] = list(queue.cursors)
+            reported[queue.queue_id] = _position(queue)
             with contextlib.suppress(StoreError):  # its broker is away: the next tick tries
                 await queue.report_progress()
         turn += REPORT_MAX_QUEUES
         if len(reported) > 2 * len(due) + 1024:  # queues gone or no longer delivered here
             reported = {q.queue_id: reported[q.queue_id] for q in due if q.queue_id in reported}
+
+
+def _position(queue: QueueRuntime) -> tuple[tuple[int, ...], int]:
+    return tuple(queue.cursors), queue.ready_count
 
 
 @dataclass

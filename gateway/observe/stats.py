@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 
 from gateway.observe.histogram import Histogram
+from storage import StoreError
 
 if TYPE_CHECKING:
     from gateway.queues.runtime import QueueRuntime
@@ -40,6 +41,7 @@ RATE_WINDOW_S = 5.0  # the management plugin's default collect_statistics_interv
 QUEUE_SAMPLE_S = 5.0
 HISTORY_SAMPLES = 600  # ~1 s apart: ten minutes of node history (msg_rates_age=600)
 SAMPLE_YIELD_EVERY = 1000  # queues sampled between event-loop turns
+BROKER_COUNTS_AT_ONCE = 64  # queue_stats calls in flight for the views (cluster)
 
 
 class Sample(NamedTuple):
@@ -71,6 +73,49 @@ def queue_unacked(queue: QueueRuntime) -> int:
     in a cluster, with another gateway's publishes and acks) the difference went negative."""
     held = sum(len(offsets) for offsets in queue.inflight) - queue.dead_letters.held
     return max(0, held)
+
+
+class QueueCounts(NamedTuple):
+    """A queue's lengths as the management views and /metrics give them."""
+
+    ready: int
+    unacked: int
+
+    @property
+    def messages(self) -> int:
+        return self.ready + self.unacked
+
+
+async def queue_counts(queues: Iterable[QueueRuntime]) -> dict[int, QueueCounts]:
+    """Each queue's counts, by queue id. Unacknowledged: what this gateway holds out
+    (``queue_unacked``). Ready: on the gateway that delivers the queue (embedded, or holding
+    every partition's lease), its own exact count; on any other, the broker's, as
+    queue.declare answers there (QueueRuntime.message_count). A gateway that does not
+    deliver a queue counts in what it routes and never sees it leave: a gateway that only
+    published showed all it ever routed as ready, and one that lost the queue to another
+    (a restart, a failover) kept its last figure."""
+    counts: dict[int, QueueCounts] = {}
+    elsewhere: list[QueueRuntime] = []
+    for index, queue in enumerate(queues):
+        if queue.holds_all_leases() or queue.waiting_for_broker:
+            counts[queue.queue_id] = QueueCounts(queue.ready_count, queue_unacked(queue))
+        else:
+            elsewhere.append(queue)
+        if index % SAMPLE_YIELD_EVERY == SAMPLE_YIELD_EVERY - 1:
+            await anyio.lowlevel.checkpoint()  # 10,000 queues: let deliveries run
+    for start in range(0, len(elsewhere), BROKER_COUNTS_AT_ONCE):
+        async with anyio.create_task_group() as tasks:
+            for queue in elsewhere[start : start + BROKER_COUNTS_AT_ONCE]:
+                tasks.start_soon(_count_at_broker, queue, counts)
+    return counts
+
+
+async def _count_at_broker(queue: QueueRuntime, counts: dict[int, QueueCounts]) -> None:
+    try:
+        ready = (await queue.store.queue_stats(queue.queue_id)).ready
+    except StoreError:
+        ready = queue.ready_count  # its broker group is away: what this gateway knew
+    counts[queue.queue_id] = QueueCounts(ready, queue_unacked(queue))
 
 
 def _queue_sample(queue: QueueRuntime, now: float) -> QueueSample:

@@ -1,0 +1,81 @@
+"""A queue's counts on every gateway of a cluster: the gateway delivering the queue counts
+from its own positions; any other gives the broker's ready count (as its queue.declare-ok
+does, from the deliverer's progress reports) and, unacknowledged, what it holds out itself.
+A gateway that only published used to show every message it routed as ready for good, and
+one that stopped delivering (restarted, say) kept its last figure."""
+
+from __future__ import annotations
+
+import pika
+
+from bench.servers import GatewayServer
+from tests.admin.test_counts_after_restart import PERSISTENT, Admin, wait_for_counts
+from tests.cluster.conftest import Cluster
+from tests.harness.waiting import check_for
+
+QUEUE = "counted"
+
+
+class Consumer:
+    """A manual-ack consumer with prefetch 1 on one gateway; deliveries kept in order."""
+
+    def __init__(self, gateway: GatewayServer) -> None:
+        self.connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
+        self.channel = self.connection.channel()
+        self.channel.basic_qos(prefetch_count=1)
+        self.got: list[tuple[int, bytes]] = []
+        self.channel.basic_consume(
+            QUEUE, lambda _ch, method, _p, body: self.got.append((method.delivery_tag, body))
+        )
+
+    def until(self, count: int) -> list[tuple[int, bytes]]:
+        def enough() -> bool:
+            self.connection.process_data_events(time_limit=0.05)
+            return len(self.got) >= count
+
+        check_for(10, enough, interval_s=0)
+        return self.got
+
+    def ack(self, index: int) -> None:
+        self.channel.basic_ack(self.got[index][0])
+
+
+def admin(gateway: GatewayServer) -> Admin:
+    return Admin(lambda: gateway.admin_port)
+
+
+def publish_five_through_b(
+    cluster: Cluster,
+) -> tuple[GatewayServer, GatewayServer, Consumer, pika.BlockingConnection]:
+    """gwA delivers the queue to a consumer; gwB publishes 5 persistent messages into it."""
+    a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
+    declaring = pika.BlockingConnection(pika.URLParameters(a.url))
+    declaring.channel().queue_declare(QUEUE, durable=True)
+    declaring.close()
+    consumer = Consumer(a)
+    check_for(10, lambda: f"delivering queue '{QUEUE}'" in a.log(), interval_s=0.05)
+    publishing = pika.BlockingConnection(pika.URLParameters(b.url))
+    channel = publishing.channel()
+    channel.confirm_delivery()
+    check_for(5, lambda: channel.queue_declare(QUEUE, passive=True))
+    for n in range(5):
+        channel.basic_publish("", QUEUE, b"%d" % n, PERSISTENT)
+    return a, b, consumer, publishing
+
+
+def test_a_delivery_from_what_the_holder_has_in_hand_reaches_the_other_gateway(
+    cluster: Cluster,
+) -> None:
+    a, b, first, publishing = publish_five_through_b(cluster)
+    first.until(1)
+    wait_for_counts(admin(a), QUEUE, (4, 1, 5))
+    wait_for_counts(admin(b), QUEUE, (4, 0, 4))
+    # A second consumer takes "1" from what A read already: no cursor moves, no offset is
+    # committed, yet B's count (the broker's, from A's progress reports) must follow.
+    second = Consumer(a)
+    assert [body for _, body in second.until(1)] == [b"1"]
+    wait_for_counts(admin(a), QUEUE, (3, 2, 5))
+    wait_for_counts(admin(b), QUEUE, (3, 0, 3))  # stayed (4, 0, 4)
+    for consumer in (first, second):
+        consumer.connection.close()
+    publishing.close()
