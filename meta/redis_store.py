@@ -266,6 +266,9 @@ class RedisMetadataStore(RecordsMixin, RedisClusterRegistry, RedisStoreBase):
     def follow(self, last_id: str | None = None) -> AsyncGenerator[ChangeEvent, None]:
         return follow_changes(self._conn, self._keys.changes, last_id)
 
+    async def retry_write(self) -> None:
+        """Nothing is held back here: Redis keeps its own durability."""
+
     async def close(self) -> None:
         await self._conn.close()
 

@@ -133,4 +133,8 @@ class MetadataStore(Protocol):
         iterated): to miss nothing, take ``change_position()`` before loading the cache.
         Iterate it inside ``contextlib.aclosing`` so that leaving closes it."""
 
+    async def retry_write(self) -> None:
+        """Write what a full disk kept in memory (the node's housekeeping calls it every
+        second). A store whose server keeps its own durability (Redis) has nothing to do."""
+
     async def close(self) -> None: ...

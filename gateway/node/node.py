@@ -36,7 +36,6 @@ from gateway.sessions.session import Session
 from gateway.vhost import VirtualHost
 from meta.change_feed import Change
 from meta.errors import MetadataUnavailable
-from meta.local_store import LocalMetadataStore
 from meta.models import Deletions, Policy, User, VHost
 from meta.store import MetadataStore
 from storage import StoredMessage, StoreError, StorePort
@@ -417,10 +416,7 @@ class Node:
                 await vhost.apply_deletions(deletions)
 
     async def _retry_metadata_write(self) -> None:
-        """Write the metadata a full disk kept in memory (nothing to do when none waits).
-        Only the embedded node's file store has such writes; Redis keeps its own."""
-        if not isinstance(self.meta, LocalMetadataStore):
-            return
+        """Write the metadata a full disk kept in memory (nothing to do when none waits)."""
         try:
             await self.meta.retry_write()
         except Exception:

@@ -57,6 +57,15 @@ async def test_a_configured_node_has_no_guest(stores: Stores) -> None:
     assert [v.name for v in await store.list_vhosts()] == ["/"]
 
 
+async def test_retry_write_with_nothing_held_back_keeps_everything(stores: Stores) -> None:
+    """The node calls retry_write every second on every store: with nothing kept in memory
+    it must not fail, and what was written stays, as another handle reads it."""
+    await stores.main.add_vhost(VHost(name="kept"))
+    await stores.main.retry_write()
+    await stores.main.retry_write()
+    assert "kept" in {v.name for v in await stores.peer().list_vhosts()}
+
+
 # --- exchanges ----------------------------------------------------------------
 
 
