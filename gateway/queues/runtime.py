@@ -572,6 +572,10 @@ class QueueRuntime:
         self.ready_count += 1
         self.ready_bytes += len(message.body)
         self._return(partition, message)
+        # Committed at the next pass (the offset may not move): in a cluster the progress
+        # report sent with it counts the message ready again at the broker, where the other
+        # gateways read their counts; at a shutdown, that final commit is the last report.
+        self.commit_dirty = True
 
     def _return(self, partition: int, message: StoredMessage) -> None:
         """Back in the queue, before every newer message (RabbitMQ keeps its place)."""

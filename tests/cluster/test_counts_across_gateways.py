@@ -6,7 +6,10 @@ one that stopped delivering (restarted, say) kept its last figure."""
 
 from __future__ import annotations
 
+import signal
+
 import pika
+import pika.exceptions
 
 from bench.servers import GatewayServer
 from tests.admin.test_counts_after_restart import PERSISTENT, Admin, wait_for_counts
@@ -39,6 +42,20 @@ class Consumer:
     def ack(self, index: int) -> None:
         self.channel.basic_ack(self.got[index][0])
 
+    def until_closed(self) -> None:
+        """Read until the server's connection.close arrives, as a live client does (what a
+        client that never answers holds stays out of the broker's count after the gateway
+        is gone, as after a crash, until another gateway takes the queue over)."""
+
+        def closed() -> bool:
+            try:
+                self.connection.process_data_events(time_limit=0.05)
+            except pika.exceptions.AMQPConnectionError:
+                return True
+            return self.connection.is_closed
+
+        check_for(10, closed, interval_s=0)
+
 
 def admin(gateway: GatewayServer) -> Admin:
     return Admin(lambda: gateway.admin_port)
@@ -61,6 +78,38 @@ def publish_five_through_b(
     for n in range(5):
         channel.basic_publish("", QUEUE, b"%d" % n, PERSISTENT)
     return a, b, consumer, publishing
+
+
+def test_counts_on_both_gateways_across_a_restart_of_the_delivering_one(
+    cluster: Cluster,
+) -> None:
+    a, b, consumer, publishing = publish_five_through_b(cluster)
+    consumer.until(1)
+    consumer.ack(0)
+    assert [body for _, body in consumer.until(2)] == [b"0", b"1"]  # "1" stays unacked
+
+    # Ready is the queue's on both; each counts what it holds out itself (B nothing).
+    wait_for_counts(admin(a), QUEUE, (3, 1, 4))
+    wait_for_counts(admin(b), QUEUE, (3, 0, 3))  # B's own routing count said 5 ready
+
+    assert a.proc is not None
+    a.proc.send_signal(signal.SIGTERM)
+    consumer.until_closed()  # its channel goes with the connection: "1" is ready again
+    assert a.proc.wait(20) == 0
+    a.start()
+    wait_for_counts(admin(a), QUEUE, (4, 0, 4))
+    wait_for_counts(admin(b), QUEUE, (4, 0, 4))
+
+    # B delivers now; A, restarted without consumers, reads the broker's count.
+    taker = Consumer(b)
+    for index in range(4):
+        taker.until(index + 1)
+        taker.ack(index)
+    assert [body for _, body in taker.got] == [b"1", b"2", b"3", b"4"]
+    wait_for_counts(admin(b), QUEUE, (0, 0, 0))
+    wait_for_counts(admin(a), QUEUE, (0, 0, 0))  # its start-up count said 4 for good
+    taker.connection.close()
+    publishing.close()
 
 
 def test_a_delivery_from_what_the_holder_has_in_hand_reaches_the_other_gateway(
