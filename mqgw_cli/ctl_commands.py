@@ -17,10 +17,16 @@ import argparse
 import json
 import sys
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
-from mqgw_cli.admin_client import AdminUnreachable, call, failure
-from mqgw_cli.admin_target import AdminConfigError, add_admin_options, admin_target
+from mqgw_cli.admin_client import AdminUnreachable, Answer, call, failure
+from mqgw_cli.admin_target import (
+    AdminConfigError,
+    AdminTarget,
+    add_admin_options,
+    admin_target,
+)
 from mqgw_cli.switchover_command import add_switchover_command
 
 SCOPE_FORMS = "global | node:N | client:N | connection:N | queue:N"
@@ -69,18 +75,15 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
-def run_ctl(args: argparse.Namespace) -> int:
-    prog = f"mqgw ctl {args.action}"
+def _ask(
+    prog: str, args: argparse.Namespace, exchange: Callable[[AdminTarget], Answer]
+) -> Answer | int:
+    """``exchange`` with the admin API the arguments name, or the exit code once its one
+    line is printed: 2 when the request or the configuration is wrong, 1 when the API did
+    not answer or refused."""
     try:
         target = admin_target(args)
-        if args.action == "list":
-            answer = call(target, "GET", "/api/controls")
-        else:
-            path = scope_path(args.scope, args.vhost)
-            if args.action == "clear":
-                answer = call(target, "DELETE", path)
-            else:
-                answer = call(target, "PUT", path, _body(args))
+        answer = exchange(target)
     except (ValueError, AdminConfigError) as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return 2
@@ -90,6 +93,21 @@ def run_ctl(args: argparse.Namespace) -> int:
     if answer.status >= 400:
         print(f"{prog}: {failure(target, answer)}", file=sys.stderr)
         return 1
+    return answer
+
+
+def run_ctl(args: argparse.Namespace) -> int:
+    def exchange(target: AdminTarget) -> Answer:
+        if args.action == "list":
+            return call(target, "GET", "/api/controls")
+        path = scope_path(args.scope, args.vhost)
+        if args.action == "clear":
+            return call(target, "DELETE", path)
+        return call(target, "PUT", path, _body(args))
+
+    answer = _ask(f"mqgw ctl {args.action}", args, exchange)
+    if isinstance(answer, int):
+        return answer
     if args.action == "list" and not args.json:
         _print_controls(answer.body or [])
     elif answer.body is not None:
@@ -142,24 +160,19 @@ def _print_controls(controls: list[dict[str, Any]]) -> None:
 
 def run_trace(args: argparse.Namespace) -> int:
     """Read the vhost, then PUT it back with ``tracing`` set (a PUT replaces the rest)."""
-    prog = f"mqgw ctl trace {args.state}"
     path = "/api/vhosts/" + urllib.parse.quote(args.vhost, safe="")
-    try:
-        target = admin_target(args)
+
+    def exchange(target: AdminTarget) -> Answer:
         answer = call(target, "GET", path)
-        if answer.status == 200:
-            vhost = answer.body
-            body = {"description": vhost["description"], "tags": vhost["tags"]}
-            answer = call(target, "PUT", path, {**body, "tracing": args.state == "on"})
-    except AdminConfigError as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 2
-    except AdminUnreachable as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 1
-    if answer.status >= 400:
-        print(f"{prog}: {failure(target, answer)}", file=sys.stderr)
-        return 1
+        if answer.status != 200:
+            return answer
+        vhost = answer.body
+        body = {"description": vhost["description"], "tags": vhost["tags"]}
+        return call(target, "PUT", path, {**body, "tracing": args.state == "on"})
+
+    answer = _ask(f"mqgw ctl trace {args.state}", args, exchange)
+    if isinstance(answer, int):
+        return answer
     print(f"tracing {args.state} for vhost '{args.vhost}'", file=sys.stderr)
     return 0
 
