@@ -108,22 +108,64 @@ async def amqp_call(call: Awaitable[T]) -> T:
 
 
 def routes(node: Node) -> APIRouter:
+    """Exchanges, then bindings, then queue declarations (the order routes are matched in)."""
+    router = APIRouter(route_class=SlashRoute)
+    for part in (_exchange_routes, _binding_routes, _queue_routes):
+        router.include_router(part(node))
+    return router
+
+
+def _permit(node: Node, user: User, vhost: str, kind: Kind, name: str) -> None:
+    if not node.access.grants(user.name, vhost).check(kind, name):
+        raise HTTPException(401, "Access refused.")
+
+
+def exchange_name(name: str) -> str:
+    return "" if name == DEFAULT_EXCHANGE_ALIAS else name
+
+
+async def _bindings_of(node: Node, vhost: str) -> list[dict[str, Any]]:
+    host = node.vhosts[vhost]
+    implicit = [_default_binding(vhost, q) for q in host.queues]
+    return implicit + [binding_json(b) for b in await node.meta.list_bindings(vhost)]
+
+
+async def _between(
+    node: Node, vhost: str, source: str, kind: str, destination: str
+) -> list[dict[str, Any]]:
+    if kind not in ("q", "e"):
+        raise HTTPException(404, f"no such binding kind '{kind}' (q or e)")
+    if await node.meta.get_exchange(vhost, exchange_name(source)) is None:
+        raise HTTPException(404, f"no exchange '{source}' in vhost '{vhost}'")
+    long_kind = "queue" if kind == "q" else "exchange"
+    return [
+        b
+        for b in await _bindings_of(node, vhost)
+        if b["source"] == exchange_name(source)
+        and b["destination_type"] == long_kind
+        and b["destination"] == destination
+    ]
+
+
+async def _one_binding(
+    node: Node, vhost: str, source: str, kind: str, destination: str, props: str
+) -> dict[str, Any]:
+    for found in await _between(node, vhost, source, kind, destination):
+        if found["properties_key"] == quote(props, safe="") or (
+            props == "~" and found["properties_key"] == "~"
+        ):
+            return found
+    raise HTTPException(404, f"no binding '{props}' from '{source}' to '{destination}'")
+
+
+def _exchange_routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
-
     vhost_or_404 = partial(visible_vhost, node)
-
-    def permit(user: User, vhost: str, kind: Kind, name: str) -> None:
-        if not node.access.grants(user.name, vhost).check(kind, name):
-            raise HTTPException(401, "Access refused.")
-
-    def exchange_name(name: str) -> str:
-        return "" if name == DEFAULT_EXCHANGE_ALIAS else name
+    permit = partial(_permit, node)
 
     async def exchanges_of(vhosts: list[str]) -> list[dict[str, Any]]:
         return [exchange_json(x) for v in vhosts for x in await node.meta.list_exchanges(v)]
-
-    # -- exchanges --------------------------------------------------------------------------
 
     @router.get("/api/exchanges", summary="Every exchange (of the vhosts the user may see)")
     async def exchanges(request: Request, user: User = management) -> Any:
@@ -174,47 +216,38 @@ def routes(node: Node) -> APIRouter:
         await amqp_call(host.delete_exchange(name, if_unused))
         return Response(status_code=204)
 
-    # -- bindings ---------------------------------------------------------------------------
+    return router
 
-    async def bindings_of(vhost: str) -> list[dict[str, Any]]:
-        host = node.vhosts[vhost]
-        implicit = [_default_binding(vhost, q) for q in host.queues]
-        return implicit + [binding_json(b) for b in await node.meta.list_bindings(vhost)]
+
+def _binding_routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    management = Depends(requires(MANAGEMENT, node))
+    vhost_or_404 = partial(visible_vhost, node)
+    permit = partial(_permit, node)
 
     binding_order = ("vhost", "source", "destination_type", "destination", "routing_key")
 
     @router.get("/api/bindings", summary="Every binding (of the vhosts the user may see)")
     async def bindings(request: Request, user: User = management) -> Any:
         rows = [
-            b for v in list(node.vhosts) if may_see(node, user, v) for b in await bindings_of(v)
+            b
+            for v in list(node.vhosts)
+            if may_see(node, user, v)
+            for b in await _bindings_of(node, v)
         ]
         return pagination.apply(request, rows, binding_order)
 
     @router.get("/api/bindings/{vhost}", summary="The bindings of one vhost")
     async def vhost_bindings(request: Request, vhost: str, user: User = management) -> Any:
         vhost_or_404(vhost, user)
-        return pagination.apply(request, await bindings_of(vhost), binding_order)
-
-    async def between(vhost: str, source: str, kind: str, destination: str) -> list[dict[str, Any]]:
-        if kind not in ("q", "e"):
-            raise HTTPException(404, f"no such binding kind '{kind}' (q or e)")
-        if await node.meta.get_exchange(vhost, exchange_name(source)) is None:
-            raise HTTPException(404, f"no exchange '{source}' in vhost '{vhost}'")
-        long_kind = "queue" if kind == "q" else "exchange"
-        return [
-            b
-            for b in await bindings_of(vhost)
-            if b["source"] == exchange_name(source)
-            and b["destination_type"] == long_kind
-            and b["destination"] == destination
-        ]
+        return pagination.apply(request, await _bindings_of(node, vhost), binding_order)
 
     @router.get("/api/bindings/{vhost}/e/{source}/{kind}/{destination}")
     async def bindings_between(
         vhost: str, source: str, kind: str, destination: str, user: User = management
     ) -> list[dict[str, Any]]:
         vhost_or_404(vhost, user)
-        return await between(vhost, source, kind, destination)
+        return await _between(node, vhost, source, kind, destination)
 
     @router.post("/api/bindings/{vhost}/e/{source}/{kind}/{destination}", status_code=201)
     async def bind(
@@ -223,7 +256,7 @@ def routes(node: Node) -> APIRouter:
     ) -> Response:  # fmt: skip
         host = vhost_or_404(vhost, user)
         body = body or {}
-        await between(vhost, source, kind, destination)  # 404 for an unknown source
+        await _between(node, vhost, source, kind, destination)  # 404 for an unknown source
         long_kind: DestinationType = "queue" if kind == "q" else "exchange"
         permit(user, vhost, "write", destination)
         permit(user, vhost, "read", exchange_name(source))
@@ -239,29 +272,19 @@ def routes(node: Node) -> APIRouter:
         location = properties_key(binding.routing_key, binding.arguments)
         return Response(status_code=201, headers={"Location": location})
 
-    async def one_binding(
-        vhost: str, source: str, kind: str, destination: str, props: str
-    ) -> dict[str, Any]:
-        for found in await between(vhost, source, kind, destination):
-            if found["properties_key"] == quote(props, safe="") or (
-                props == "~" and found["properties_key"] == "~"
-            ):
-                return found
-        raise HTTPException(404, f"no binding '{props}' from '{source}' to '{destination}'")
-
     @router.get("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}")
     async def binding(
         vhost: str, source: str, kind: str, destination: str, props: str, user: User = management
     ) -> dict[str, Any]:
         vhost_or_404(vhost, user)
-        return await one_binding(vhost, source, kind, destination, props)
+        return await _one_binding(node, vhost, source, kind, destination, props)
 
     @router.delete("/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}")
     async def unbind(
         vhost: str, source: str, kind: str, destination: str, props: str, user: User = management
     ) -> Response:
         host = vhost_or_404(vhost, user)
-        found = await one_binding(vhost, source, kind, destination, props)
+        found = await _one_binding(node, vhost, source, kind, destination, props)
         permit(user, vhost, "write", destination)
         permit(user, vhost, "read", found["source"])
         binding = BindingDef(
@@ -275,17 +298,24 @@ def routes(node: Node) -> APIRouter:
         await amqp_call(host.unbind(binding, "", *((50, 50) if kind == "q" else (40, 40))))
         return Response(status_code=204)
 
+    return router
+
+
+def _queue_routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    management = Depends(requires(MANAGEMENT, node))
+    vhost_or_404 = partial(visible_vhost, node)
+    permit = partial(_permit, node)
+
     @router.get("/api/queues/{vhost}/{name}/bindings", summary="The bindings to one queue")
     async def queue_bindings(vhost: str, name: str, user: User = management) -> Any:
         if name not in vhost_or_404(vhost, user).queues:
             raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
         return [
             b
-            for b in await bindings_of(vhost)
+            for b in await _bindings_of(node, vhost)
             if b["destination_type"] == "queue" and b["destination"] == name
         ]
-
-    # -- queues -----------------------------------------------------------------------------
 
     @router.put("/api/queues/{vhost}/{name}", summary="Declare a queue (201, or 204)")
     async def put_queue(
