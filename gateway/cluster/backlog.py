@@ -38,6 +38,10 @@ from storage import StoreError, StorePort
 
 REPORT_EVERY_S = 0.05
 MOVED_EVERY = 6  # ticks: positions that moved are reported every 0.3 s
+# Ticks: a queue with deliveries outstanding is reported every 2 s, moved or not. A broker
+# keeps reports in memory only: one that failed over or restarted counts, until the next
+# report, what is out with consumers as ready (nothing else differs without a report).
+REFRESH_EVERY = 40
 REPORT_MAX_QUEUES = 256  # per tick, in turn: 10,000 backlogged queues cost no flood of calls
 SAMPLE_TTL_S = 0.02
 MOVING_WINDOW_S = 0.5
@@ -69,8 +73,10 @@ async def report_progress(queues: Callable[[], Iterable[QueueRuntime]]) -> None:
             if queue.ready_count > FLOW_LOW:
                 now_behind.add(queue_id)
                 due.append(queue)
-            elif queue_id in behind or (
-                tick % MOVED_EVERY == 0 and reported.get(queue_id) != _position(queue)
+            elif (
+                queue_id in behind
+                or (tick % MOVED_EVERY == 0 and reported.get(queue_id) != _position(queue))
+                or (tick % REFRESH_EVERY == 0 and any(queue.inflight))
             ):
                 due.append(queue)
         behind = now_behind

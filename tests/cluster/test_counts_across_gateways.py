@@ -62,10 +62,9 @@ def admin(gateway: GatewayServer) -> Admin:
 
 
 def publish_five_through_b(
-    cluster: Cluster,
-) -> tuple[GatewayServer, GatewayServer, Consumer, pika.BlockingConnection]:
-    """gwA delivers the queue to a consumer; gwB publishes 5 persistent messages into it."""
-    a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
+    a: GatewayServer, b: GatewayServer
+) -> tuple[Consumer, pika.BlockingConnection]:
+    """``a`` delivers the queue to a consumer; ``b`` publishes 5 persistent messages."""
     declaring = pika.BlockingConnection(pika.URLParameters(a.url))
     declaring.channel().queue_declare(QUEUE, durable=True)
     declaring.close()
@@ -77,13 +76,14 @@ def publish_five_through_b(
     check_for(5, lambda: channel.queue_declare(QUEUE, passive=True))
     for n in range(5):
         channel.basic_publish("", QUEUE, b"%d" % n, PERSISTENT)
-    return a, b, consumer, publishing
+    return consumer, publishing
 
 
 def test_counts_on_both_gateways_across_a_restart_of_the_delivering_one(
     cluster: Cluster,
 ) -> None:
-    a, b, consumer, publishing = publish_five_through_b(cluster)
+    a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
+    consumer, publishing = publish_five_through_b(a, b)
     consumer.until(1)
     consumer.ack(0)
     assert [body for _, body in consumer.until(2)] == [b"0", b"1"]  # "1" stays unacked
@@ -115,7 +115,8 @@ def test_counts_on_both_gateways_across_a_restart_of_the_delivering_one(
 def test_a_delivery_from_what_the_holder_has_in_hand_reaches_the_other_gateway(
     cluster: Cluster,
 ) -> None:
-    a, b, first, publishing = publish_five_through_b(cluster)
+    a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
+    first, publishing = publish_five_through_b(a, b)
     first.until(1)
     wait_for_counts(admin(a), QUEUE, (4, 1, 5))
     wait_for_counts(admin(b), QUEUE, (4, 0, 4))
