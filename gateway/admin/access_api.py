@@ -99,25 +99,34 @@ def node_queues(node: Node, vhosts: list[str]) -> list[QueueRuntime]:
 
 
 def routes(node: Node) -> APIRouter:
+    """Who am I, then users, vhosts and permissions (the order routes are matched in)."""
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
-    administrator = Depends(requires(ADMINISTRATOR, node))
-
-    async def user_or_404(name: str) -> User:
-        user = await node.meta.get_user(name)
-        if user is None:
-            raise HTTPException(404, f"no user '{name}'")
-        return user
-
-    def vhost_exists(name: str) -> None:
-        if name not in node.vhosts:
-            raise HTTPException(404, f"no vhost '{name}'")
 
     @router.get("/api/whoami", summary="The authenticated user and its tags")
     async def whoami(user: User = management) -> dict[str, Any]:
         return {"name": user.name, "tags": list(user.tags)}
 
-    # -- users ----------------------------------------------------------------------------
+    for part in (_user_routes, _vhost_routes, _permission_routes):
+        router.include_router(part(node))
+    return router
+
+
+async def _user_or_404(node: Node, name: str) -> User:
+    user = await node.meta.get_user(name)
+    if user is None:
+        raise HTTPException(404, f"no user '{name}'")
+    return user
+
+
+def _vhost_exists(node: Node, name: str) -> None:
+    if name not in node.vhosts:
+        raise HTTPException(404, f"no vhost '{name}'")
+
+
+def _user_routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    administrator = Depends(requires(ADMINISTRATOR, node))
 
     @router.get("/api/users", summary="Every user (administrator)")
     async def users(_user: User = administrator) -> list[dict[str, Any]]:
@@ -125,7 +134,7 @@ def routes(node: Node) -> APIRouter:
 
     @router.get("/api/users/{name}", summary="One user (administrator)")
     async def get_user(name: str, _user: User = administrator) -> dict[str, Any]:
-        return user_entry(await user_or_404(name))
+        return user_entry(await _user_or_404(node, name))
 
     @router.put("/api/users/{name}", summary="Create or replace a user (administrator)")
     async def put_user(
@@ -157,10 +166,16 @@ def routes(node: Node) -> APIRouter:
 
     @router.get("/api/users/{name}/permissions", summary="A user's permissions")
     async def user_permissions(name: str, _user: User = administrator) -> list[dict[str, Any]]:
-        await user_or_404(name)
+        await _user_or_404(node, name)
         return [permission_entry(p) for p in await node.meta.list_permissions() if p.user == name]
 
-    # -- vhosts ---------------------------------------------------------------------------
+    return router
+
+
+def _vhost_routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    management = Depends(requires(MANAGEMENT, node))
+    administrator = Depends(requires(ADMINISTRATOR, node))
 
     @router.get("/api/vhosts", summary="The vhosts the user may see")
     async def vhosts(user: User = management) -> list[dict[str, Any]]:
@@ -206,16 +221,22 @@ def routes(node: Node) -> APIRouter:
 
     @router.delete("/api/vhosts/{name}", status_code=204, summary="Delete a vhost and all in it")
     async def delete_vhost(name: str, _user: User = administrator) -> Response:
-        vhost_exists(name)
+        _vhost_exists(node, name)
         await node.delete_vhost(name)
         return Response(status_code=204)
 
     @router.get("/api/vhosts/{name}/permissions", summary="The permissions in a vhost")
     async def vhost_permissions(name: str, _user: User = administrator) -> list[dict[str, Any]]:
-        vhost_exists(name)
+        _vhost_exists(node, name)
         return [permission_entry(p) for p in await node.meta.list_permissions(name)]
 
-    # -- permissions ----------------------------------------------------------------------
+    return router
+
+
+def _permission_routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    management = Depends(requires(MANAGEMENT, node))
+    administrator = Depends(requires(ADMINISTRATOR, node))
 
     @router.get("/api/permissions", summary="Every permission (administrator)")
     async def permissions(_user: User = administrator) -> list[dict[str, Any]]:
@@ -237,8 +258,8 @@ def routes(node: Node) -> APIRouter:
         body: Annotated[PermissionBody, Body()],
         _user: User = administrator,
     ) -> Response:
-        vhost_exists(vhost)
-        await user_or_404(name)
+        _vhost_exists(node, vhost)
+        await _user_or_404(node, name)
         existed = node.access.may_use_vhost(name, vhost)
         await node.access.set_permission(
             Permission(
