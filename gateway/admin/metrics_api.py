@@ -68,6 +68,7 @@ GLOBAL_COUNTERS = (
 # Per-queue fields of the snapshot, in order.
 QUEUE_FIELDS = ("ready", "unacked", "consumers", "published", "delivered", "acked", "ready_bytes",
                 "retention_dropped", "held_bytes", "lag_s", "stopped", "messages")  # fmt: skip
+HELD_BYTES = QUEUE_FIELDS.index("held_bytes")
 
 
 @dataclass
@@ -104,13 +105,16 @@ async def take_snapshot(node: Node, per_object: bool) -> Snapshot:
         "ready_set": node.scheduler.ready_count,
         "fsyncs": getattr(committer, "fsyncs", 0),
     }
+    held: dict[int, int] = {}
     try:
         held = await node.store.held_back_bytes()
         gauges["store_disk"] = await node.store.disk_bytes()
         gauges["store_backlog"] = await node.store.backlog_bytes()
         gauges["store_held"] = sum(held.values())
     except StoreError:
-        pass  # every broker group away: the store figures are left out, the rest is scraped
+        # Every broker group away: the store figures (the queues' held bytes too) are left
+        # out, the rest is scraped.
+        held = {}
     files = getattr(getattr(getattr(store, "log", None), "commit_log", None), "files", None)
     if files is not None:
         gauges["segments"] = len(files.segments)
@@ -335,6 +339,8 @@ async def exposition(snapshot: Snapshot) -> bytes:
     parts = [_render(SnapshotCollector(snapshot))]
     rows = snapshot.queues
     for kind, name, text, index in _PER_QUEUE if rows else ():
+        if index == HELD_BYTES and "store_held" not in snapshot.gauges:
+            continue  # the store was away: no figure rather than 0
         for start in range(0, len(rows), FORMAT_CHUNK):
             family = kind(name, text, labels=["vhost", "queue"])
             for vhost, queue, row in rows[start : start + FORMAT_CHUNK]:
