@@ -25,6 +25,7 @@ from gateway.node import metadata_sync
 from gateway.node.users import Users
 from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
+from gateway.queues import delivery_marks
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.resources import memory
@@ -145,6 +146,8 @@ class Node:
         for queue_id in await self.store.queues():
             if queue_id not in known:  # a transient queue from before a restart
                 await self.store.delete_queue(queue_id)
+        if self.cluster is None:  # what went out unacked before a clean stop: redelivered
+            delivery_marks.apply(delivery_marks.load(self.settings.data_dir), self.all_queues())
         await self.timer.start()
         await self.check_resources()
 
@@ -531,4 +534,6 @@ class Node:
             while self.sessions:
                 await anyio.sleep(0.02)
         await self.commit_offsets()
+        if self.cluster is None:
+            delivery_marks.save(self.settings.data_dir, self.all_queues())
         await self._retry_metadata_write()

@@ -104,8 +104,10 @@ class QueueRuntime:
         # may let it deliver, such as another consumer becoming the single active one.
         self.wake = wake
         self.cursors = [0] * self.partitions  # next offset to fetch, per partition
-        # Below these offsets a message may have gone out before a crash: flagged redelivered.
+        # Below these offsets a message may have gone out before a crash or a stop: flagged
+        # redelivered (gateway/queues/delivery_marks.py carries them across a clean stop).
         self.maybe_delivered = [0] * self.partitions
+        self.delivered_below = [0] * self.partitions  # past the highest offset delivered
         # Below these offsets a message was stored before the store last opened: a transient
         # one there is gone, as RabbitMQ loses non-persistent messages when it restarts.
         self.restart_below = [0] * self.partitions
@@ -335,7 +337,10 @@ class QueueRuntime:
             ):
                 self.commit_dirty = True  # a transient message from before the restart: gone
                 continue
-            self.inflight[partition].add(message.queue_offset)
+            offset = message.queue_offset
+            self.inflight[partition].add(offset)
+            if offset >= self.delivered_below[partition]:
+                self.delivered_below[partition] = offset + 1
             if self.behaviour.counts_deliveries:
                 returned = self.returns.get((partition, message.queue_offset), 0)
                 message = stamped(message, returned)
@@ -766,6 +771,13 @@ class QueueRuntime:
             sum(1 for c in self.consumers if c.has_credit()) if self.choice.any_can_take() else 0
         )
         return [DeliveryProgress(at, behind[p], takers) for p, at in enumerate(self.cursors)]
+
+    def delivery_marks(self) -> dict[int, int]:
+        """Per partition where a message below may have been delivered and is not settled
+        (past the committed offset): what the next start must flag redelivered."""
+        committed = self.committed_offsets()
+        marks = (max(pair) for pair in zip(self.maybe_delivered, self.delivered_below, strict=True))
+        return {p: mark for p, mark in enumerate(marks) if mark > committed[p]}
 
     def lose_lease(self, partition: int, error: StaleFence) -> None:
         """The broker refused our fencing token: another gateway took the partition over
