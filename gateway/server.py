@@ -21,6 +21,7 @@ import uvicorn
 from anyio.abc import SocketListener
 
 from gateway.admin.app import create_app
+from gateway.amqp import twins
 from gateway.cluster.backlog import RemoteBacklog, report_progress
 from gateway.cluster.link import ClusterLink, open_cluster_backends
 from gateway.config.settings import GatewaySettings
@@ -120,6 +121,7 @@ async def serve(
                 if link is not None
                 else f"data in {settings.data_dir} (flush {settings.flush.value})"
             )
+            _log_hot_paths()
             log.info(
                 "mqgw %s ready: AMQP on %s, admin on %s, %s%s",
                 "cluster gateway" if link is not None else "embedded node",
@@ -140,6 +142,14 @@ async def serve(
             await node.shutdown()
             tg.cancel_scope.cancel()
     log.info("mqgw stopped cleanly")
+
+
+def _log_hot_paths() -> None:
+    """`compiled hot paths: yes` or `no (reason)`, as `mqgw --version` says it: a warning when
+    they were not built (a build without a C compiler), not when the environment disabled them."""
+    compiled, reason = twins.status()
+    quiet = compiled or reason.startswith("disabled")
+    log.log(logging.INFO if quiet else logging.WARNING, "%s", twins.status_line())
 
 
 def _has_uvloop() -> bool:

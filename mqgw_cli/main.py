@@ -6,7 +6,9 @@ import argparse
 import importlib.metadata
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.config.sources import ConfigError, env_hint
 from mqgw_cli.admin_target import CLIENT_ENV
@@ -130,7 +132,11 @@ def _add_load_options(sub: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgw", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"mqgw {_version()}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="show the version and whether the compiled hot paths are in use, and exit",
+    )
     commands = parser.add_subparsers(dest="process", required=True)
 
     serve = commands.add_parser(
@@ -237,6 +243,26 @@ def _version() -> str:
         return importlib.metadata.version("mqgw")
     except importlib.metadata.PackageNotFoundError:
         return "unknown (not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """``mqgw --version``: the installed version, then ``compiled hot paths: yes`` or ``no
+    (reason)`` on its own line (gateway/amqp/twins.py), looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        from gateway.amqp.twins import status_line
+
+        print(f"mqgw {_version()}\n{status_line()}")
+        parser.exit()
 
 
 def main(argv: list[str] | None = None) -> int:

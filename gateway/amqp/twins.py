@@ -11,12 +11,15 @@ tests run the codec suites against both and compare them on random input
 ``pick(pure_function)`` gives the same-named function of the compiled twin when it is built,
 else ``pure_function``. ``MQGW_PURE_PYTHON=1`` in the environment forces the pure modules
 (read when the caller is imported). A caller binds the pick to a module global at import, so
-the choice costs nothing per call and a test can swap it with monkeypatch.
+the choice costs nothing per call and a test can swap it with monkeypatch. ``status()`` says
+whether the compiled hot paths are in use and, if not, why: ``mqgw --version`` prints it and
+``mqgw serve`` logs it at start (``status_line``).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import os
 import sys
 from collections.abc import Callable
@@ -27,6 +30,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 COMPILED_PACKAGE = "mqgw_speedups"
 PURE_ENV = "MQGW_PURE_PYTHON"
+# The pure modules with a compiled twin (gateway/amqp/<name>.py, mqgw_speedups/<name>.pyx).
+HOT_MODULES = ("deliver_frame", "publish_cut")
+# Written into mqgw_speedups by a build that could not compile: the reason.
+NOT_BUILT_NOTE = "not_built.txt"
 
 _chosen: dict[str, ModuleType] = {}  # pure module's short name -> the module pick() used
 
@@ -65,3 +72,31 @@ def in_use() -> dict[str, str]:
         name: "compiled" if module.__name__.startswith(COMPILED_PACKAGE + ".") else "pure"
         for name, module in sorted(_chosen.items())
     }
+
+
+def status() -> tuple[bool, str]:
+    """(True, "") when every hot module runs compiled; else (False, the reason): disabled by
+    the environment, not built (the build's own reason) or the twin's ImportError."""
+    if pure_forced():
+        return False, f"disabled by {PURE_ENV}={os.environ[PURE_ENV].strip()}"
+    for name in HOT_MODULES:
+        try:
+            importlib.import_module(f"{COMPILED_PACKAGE}.{name}")
+        except ImportError as error:
+            note = _not_built_note()
+            return False, f"not built: {note}" if note else f"{COMPILED_PACKAGE}.{name}: {error}"
+    return True, ""
+
+
+def status_line() -> str:
+    """``compiled hot paths: yes`` or ``compiled hot paths: no (reason)``."""
+    compiled, reason = status()
+    return f"compiled hot paths: {'yes' if compiled else f'no ({reason})'}"
+
+
+def _not_built_note() -> str:
+    try:
+        note = importlib.resources.files(COMPILED_PACKAGE).joinpath(NOT_BUILT_NOTE)
+        return note.read_text(encoding="utf-8").strip() if note.is_file() else ""
+    except (ImportError, OSError):
+        return ""
