@@ -1,7 +1,9 @@
-"""The compiled twins of the hot paths (gateway/amqp/twins.py, speedups/) against the pure ones.
+"""The compiled twins of the hot paths (gateway/amqp/twins.py, mqgw_speedups/) against the pure
+ones.
 
-scripts/setup builds the twins; these tests fail if it did not (the build prints a line and
-carries on, so this is where a broken build shows). Then: the module in use is the one the
+The package's build compiles the twins (setup.py; in place for scripts/setup's editable
+install); these tests fail if it did not (the build warns and carries on, pure Python only, so
+this is where a broken build shows). Then: the module in use is the one the
 environment asks for, and pure and compiled give the same result or raise the same exception
 type on random input, valid and broken.
 """
@@ -19,6 +21,7 @@ from pamqp import commands
 
 from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut, twins
 from tests.amqp.helpers import frame, publish
+from tests.harness.processes import REPO
 
 PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -48,6 +51,14 @@ def test_compiled_twin_is_built_and_in_use_unless_pure_is_forced(
     assert bound() is getattr(chosen, name)
     expected = "pure" if twins.pure_forced() else "compiled"
     assert twins.in_use()[pure.__name__.rpartition(".")[2]] == expected
+
+
+def test_every_compiled_twin_is_a_hot_module_with_a_pure_one() -> None:
+    """status() and `mqgw --version` check HOT_MODULES: each .pyx the build compiles."""
+    sources = sorted(path.stem for path in (REPO / "mqgw_speedups").glob("*.pyx"))
+    assert sorted(twins.HOT_MODULES) == sources
+    for name in sources:
+        assert (REPO / "gateway" / "amqp" / f"{name}.py").is_file()
 
 
 def test_pure_is_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
