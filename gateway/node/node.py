@@ -148,6 +148,8 @@ class Node:
                 await self.store.delete_queue(queue_id)
         if self.cluster is None:  # what went out unacked before a clean stop: redelivered
             delivery_marks.apply(delivery_marks.load(self.settings.data_dir), self.all_queues())
+            for queue in self.all_queues():
+                await queue.leave_lost_transients()
         await self.timer.start()
         await self.check_resources()
 

@@ -173,6 +173,17 @@ class QueueRuntime:
         if self.behaviour.max_length_bytes is not None:
             await self.recount_bytes()
 
+    async def leave_lost_transients(self) -> None:
+        """After start (embedded node): transient messages stored before the store opened are
+        gone, as RabbitMQ loses them at a restart, and fill drops them from the count. One
+        fill now, so the count leaves out those among the first FETCH_BATCH per partition
+        (read into the buffer, as a consumer's first turn would). The index entries do not
+        say which records are persistent, so an exact count would read every record stored
+        before the restart: those past the first batch leave the count as later fills reach
+        them. (Cluster: a gateway not holding the lease reads the broker's count.)"""
+        if any(c < r for c, r in zip(self.cursors, self.restart_below, strict=True)):
+            await self.fill()
+
     async def recount_bytes(self) -> None:
         """Sum the bodies of the ready messages (a read pass; only for byte-limited queues)."""
         await repositioning.recount_bytes(self)
@@ -388,7 +399,10 @@ class QueueRuntime:
             ends.append((p, result.min_offset, result.max_offset))
             more = more or result.next_offset < result.max_offset
             if result.messages:
-                fetched.append([(p, m) for m in result.messages])
+                messages = result.messages
+                if start < self.restart_below[p]:
+                    messages = self._without_lost_transients(p, messages)
+                fetched.append([(p, m) for m in messages])
         # Reached the end of every partition: nothing to fetch until a publish wakes us
         # (saves an empty turn per message when thousands of queues each get a trickle).
         self.exhausted = not more
@@ -404,6 +418,22 @@ class QueueRuntime:
             # the count comes from the ends this fill saw (flow control and drop-head read
             # it); ready_bytes stays this gateway's own view.
             self.ready_count = self._ready_at(ends)
+
+    def _without_lost_transients(
+        self, partition: int, messages: list[StoredMessage]
+    ) -> list[StoredMessage]:
+        """``messages`` less the transient ones stored before this start: they are gone, as
+        RabbitMQ loses them at a restart, and leave the ready count here, not at take."""
+        below = self.restart_below[partition]
+        kept: list[StoredMessage] = []
+        for message in messages:
+            if message.queue_offset < below and not message.flags & PERSISTENT:
+                self.ready_count -= 1
+                self.ready_bytes -= len(message.body)
+                self.commit_dirty = True  # the committed offset may pass it now
+            else:
+                kept.append(message)
+        return kept
 
     def _ready_at(self, ends: Iterable[tuple[int, int, int]]) -> int:
         """Ready messages, given the store's (partition, min offset, end offset): what lies
