@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 
 from gateway.observe.histogram import Histogram
-from storage import StoreError
+from storage import PartitionStats, StoreError
 
 if TYPE_CHECKING:
     from gateway.queues.runtime import QueueRuntime
@@ -87,10 +87,12 @@ class QueueCounts(NamedTuple):
 
 
 async def queue_counts(queues: Iterable[QueueRuntime]) -> dict[int, QueueCounts]:
-    """Each queue's counts, by queue id. Unacknowledged: what this gateway holds out
-    (``queue_unacked``). Ready: on the gateway that delivers the queue (embedded, or holding
-    every partition's lease), its own exact count; on any other, the broker's, as
-    queue.declare answers there (QueueRuntime.message_count). A gateway that does not
+    """Each queue's counts, by queue id. On the gateway that delivers the queue (embedded,
+    or holding every partition's lease), its own exact ready count and what it holds out
+    (``queue_unacked``); on any other, the broker's ready count, as queue.declare answers
+    there (QueueRuntime.message_count), and as unacknowledged what the delivering gateway
+    holds out by its progress reports (``held_out``): the same figures on every gateway, as
+    RabbitMQ shows on every node. A gateway that does not
     deliver a queue counts in what it routes and never sees it leave: a gateway that only
     published showed all it ever routed as ready, and one that lost the queue to another
     (a restart, a failover) kept its last figure."""
@@ -112,10 +114,29 @@ async def queue_counts(queues: Iterable[QueueRuntime]) -> dict[int, QueueCounts]
 
 async def _count_at_broker(queue: QueueRuntime, counts: dict[int, QueueCounts]) -> None:
     try:
-        ready = (await queue.store.queue_stats(queue.queue_id)).ready
-    except StoreError:
-        ready = queue.ready_count  # its broker group is away: what this gateway knew
-    counts[queue.queue_id] = QueueCounts(ready, queue_unacked(queue))
+        stats = await queue.store.queue_stats(queue.queue_id)
+    except StoreError:  # its broker group is away: what this gateway knew
+        counts[queue.queue_id] = QueueCounts(queue.ready_count, queue_unacked(queue))
+        return
+    held = [held_out(p) for p in stats.partitions]
+    # Unreported partitions: the broker counts them all ready (nothing known out there).
+    unacked = sum(h for h in held if h is not None) if any(h is not None for h in held) else None
+    counts[queue.queue_id] = QueueCounts(
+        stats.ready, queue_unacked(queue) if unacked is None else unacked
+    )
+
+
+def held_out(partition: PartitionStats) -> int | None:
+    """What the delivering gateway holds out of ``partition``, from its last progress report
+    (None without one): between the committed offset (the lowest unsettled) and its read
+    position, less what is back in its hands (ready_behind). Exact while acks come in
+    order; a message acked above one still out is counted too until the lower one settles
+    (the committed offset is the lowest unacknowledged), an over-count RabbitMQ has not."""
+    if partition.next_offset < 0:
+        return None
+    low = partition.min_offset
+    settled_below = max(partition.committed, low)
+    return max(0, max(partition.next_offset, low) - settled_below - partition.ready_behind)
 
 
 def _queue_sample(queue: QueueRuntime, now: float) -> QueueSample:

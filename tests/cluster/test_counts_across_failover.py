@@ -26,18 +26,18 @@ async def test_counts_on_both_gateways_across_a_broker_failover(group: Group) ->
     consumer.ack(0)
     assert [body for _, body in consumer.until(2)] == [b"0", b"1"]  # "1" stays unacked
     wait_for_counts(admin(a), QUEUE, (3, 1, 4))
-    wait_for_counts(admin(b), QUEUE, (3, 0, 3))
+    wait_for_counts(admin(b), QUEUE, (3, 1, 4))
 
     group.master(first).kill()
     await group.until(lambda r: r.master not in ("", first.master))
     check_for(15, lambda: "master is now" in a.log() and "master is now" in b.log())
     wait_for_counts(admin(a), QUEUE, (3, 1, 4))
-    wait_for_counts(admin(b), QUEUE, (3, 0, 3))  # stayed (4, 0, 4)
+    wait_for_counts(admin(b), QUEUE, (3, 1, 4))  # stayed (4, 0, 4)
 
     consumer.ack(1)  # and "2" comes
     assert [body for _, body in consumer.until(3)] == [b"0", b"1", b"2"]
     wait_for_counts(admin(a), QUEUE, (2, 1, 3))
-    wait_for_counts(admin(b), QUEUE, (2, 0, 2))
+    wait_for_counts(admin(b), QUEUE, (2, 1, 3))
     consumer.connection.close()  # "2" goes back
     wait_for_counts(admin(a), QUEUE, (3, 0, 3))
     wait_for_counts(admin(b), QUEUE, (3, 0, 3))

@@ -1,6 +1,7 @@
 """A queue's counts on every gateway of a cluster: the gateway delivering the queue counts
 from its own positions; any other gives the broker's ready count (as its queue.declare-ok
-does, from the deliverer's progress reports) and, unacknowledged, what it holds out itself.
+does, from the deliverer's progress reports) and, unacknowledged, what the deliverer holds out
+(from the same reports): the same figures on both, as RabbitMQ shows on every node.
 A gateway that only published used to show every message it routed as ready for good, and
 one that stopped delivering (restarted, say) kept its last figure."""
 
@@ -88,9 +89,9 @@ def test_counts_on_both_gateways_across_a_restart_of_the_delivering_one(
     consumer.ack(0)
     assert [body for _, body in consumer.until(2)] == [b"0", b"1"]  # "1" stays unacked
 
-    # Ready is the queue's on both; each counts what it holds out itself (B nothing).
+    # The queue's counts on both (B's own routing count said 5 ready).
     wait_for_counts(admin(a), QUEUE, (3, 1, 4))
-    wait_for_counts(admin(b), QUEUE, (3, 0, 3))  # B's own routing count said 5 ready
+    wait_for_counts(admin(b), QUEUE, (3, 1, 4))
 
     assert a.proc is not None
     a.proc.send_signal(signal.SIGTERM)
@@ -119,13 +120,34 @@ def test_a_delivery_from_what_the_holder_has_in_hand_reaches_the_other_gateway(
     first, publishing = publish_five_through_b(a, b)
     first.until(1)
     wait_for_counts(admin(a), QUEUE, (4, 1, 5))
-    wait_for_counts(admin(b), QUEUE, (4, 0, 4))
+    wait_for_counts(admin(b), QUEUE, (4, 1, 5))
     # A second consumer takes "1" from what A read already: no cursor moves, no offset is
     # committed, yet B's count (the broker's, from A's progress reports) must follow.
     second = Consumer(a)
     assert [body for _, body in second.until(1)] == [b"1"]
     wait_for_counts(admin(a), QUEUE, (3, 2, 5))
-    wait_for_counts(admin(b), QUEUE, (3, 0, 3))  # stayed (4, 0, 4)
+    wait_for_counts(admin(b), QUEUE, (3, 2, 5))  # stayed (4, 1, 5)
     for consumer in (first, second):
         consumer.connection.close()
+    publishing.close()
+
+
+def test_the_other_gateway_shows_the_delivering_gateways_unacked(cluster: Cluster) -> None:
+    """As RabbitMQ shows the same figures on every node: B, which does not deliver the
+    queue, counts as unacknowledged what A's consumers hold (it said 0, and 3 messages)."""
+    a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
+    first, publishing = publish_five_through_b(a, b)
+    assert [body for _, body in first.until(1)] == [b"0"]
+    second = Consumer(a)
+    assert [body for _, body in second.until(1)] == [b"1"]
+    wait_for_counts(admin(a), QUEUE, (3, 2, 5))
+    wait_for_counts(admin(b), QUEUE, (3, 2, 5))  # was (3, 0, 3)
+    first.ack(0)
+    assert [body for _, body in first.until(2)] == [b"0", b"2"]
+    wait_for_counts(admin(a), QUEUE, (2, 2, 4))
+    wait_for_counts(admin(b), QUEUE, (2, 2, 4))
+    for consumer in (first, second):
+        consumer.connection.close()  # "1" and "2" go back
+    wait_for_counts(admin(a), QUEUE, (4, 0, 4))
+    wait_for_counts(admin(b), QUEUE, (4, 0, 4))
     publishing.close()
