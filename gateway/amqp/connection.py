@@ -2,16 +2,14 @@
 
 Theory of operation
 -------------------
-``receive_data(bytes)`` feeds the frame reader and returns the events the
-input produced. Everything that talks to the client (``send_method``,
-``send_deliver``, ``close``...) only queues bytes, which ``data_to_send()``
-hands out coalesced into one write. Time never comes from a clock: the server
-shell calls ``tick(now)`` for heartbeats.
+``receive_data(bytes)`` feeds the frame reader and returns the events the input produced.
+Everything that talks to the client (``send_method``, ``send_deliver``, ``close``...) only
+queues bytes, which ``data_to_send()`` hands out coalesced into one write. Time never comes
+from a clock: the server shell calls ``tick(now)`` for heartbeats.
 
-States and their transitions live in ``connection_state.TRANSITIONS``;
-channels and content assembly in ``channels`` / ``channel``. Errors are
-raised where they are found, as typed AMQPErrors, and converted in one place,
-``_fail``, following RabbitMQ's reader:
+States and their transitions live in ``connection_state.TRANSITIONS``; channels and content
+assembly in ``channels`` / ``channel``. Errors are raised where they are found, as typed
+AMQPErrors, and converted in one place, ``_fail``, following RabbitMQ's reader:
 
 * soft error on a channel -> channel.close; that channel's frames are dropped
   until its close-ok;
@@ -534,13 +532,10 @@ class ServerConnection:
     # ------------------------------------------------------------- heartbeats
 
     def tick(self, now: float) -> bool:
-        """Drive heartbeats; ``now`` in seconds from any monotonic origin.
-
-        Returns True when a heartbeat frame was queued (flush data_to_send()).
-        After two intervals without a byte from the client the connection is
-        dead, as in RabbitMQ: the state becomes CLOSED and ``timed_out`` holds
-        the HeartbeatTimeout event. Call at least every ``heartbeat_s / 2``.
-        """
+        """Drive heartbeats (``now``: seconds from any monotonic origin; call at least every
+        ``heartbeat_s / 2``). True when a heartbeat frame was queued (flush data_to_send()).
+        After two intervals without a byte from the client the connection is dead, as in
+        RabbitMQ: the state becomes CLOSED and ``timed_out`` holds the HeartbeatTimeout."""
         if self.state is ConnectionState.CLOSED or self.state in HANDSHAKE_STATES:
             return False
         action = self._heartbeat.check(now)
