@@ -1,12 +1,13 @@
 """The compiled twins of the hot paths, built by the package's own build (pyproject.toml holds
 everything else about the package).
 
-Each ``mqgw_speedups/<name>.pyx`` (Cython) mirrors the pure module ``gateway/amqp/<name>.py``
-and becomes the extension ``mqgw_speedups.<name>``; ``gateway/amqp/twins.py`` picks it when it
-imports. Without a C compiler or the Python headers the build still succeeds, pure Python only:
-it says so in one warning line and leaves the reason in ``mqgw_speedups/not_built.txt``, where
-``mqgw --version`` reads it. An editable install (``pip install -e .``) builds in place, beside
-the ``.pyx`` files; the generated ``.c`` files stay in the build's temporary directory.
+Each ``speedups/mqgw_speedups/<name>.pyx`` (Cython) mirrors the pure module
+``gateway/amqp/<name>.py`` and becomes the extension ``mqgw_speedups.<name>``;
+``gateway/amqp/twins.py`` picks it when it imports. Without a C compiler or the Python headers
+the build still succeeds, pure Python only: it says so in one warning line and leaves the
+reason in ``speedups/mqgw_speedups/not_built.txt``, where ``mqgw --version`` reads it. An
+editable install (``pip install -e .``) builds in place, beside the ``.pyx`` files; the
+generated ``.c`` files stay in the build's temporary directory.
 """
 
 from __future__ import annotations
@@ -16,13 +17,25 @@ import sysconfig
 import warnings
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_namespace_packages, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import CCompilerError, ExecError, PlatformError
 
 PACKAGE = "mqgw_speedups"
+SOURCES = Path("speedups", PACKAGE)  # the twins' own folder; installed as the package mqgw_speedups
+# Every package of the project, folders without __init__.py too (as pyproject's packages.find
+# found them); setup.py lists them because mqgw_speedups lives under speedups/.
+PACKAGES = [
+    *find_namespace_packages(
+        include=[
+            *("storage*", "gateway*", "meta*", "controller*", "bench*", "localcluster*"),
+            *("mqgw_cli*", "replay*"),
+        ]
+    ),
+    PACKAGE,
+]
 NOT_BUILT = "not_built.txt"  # gateway/amqp/twins.py reads it (NOT_BUILT_NOTE)
-TWINS = sorted(path.stem for path in Path(__file__).parent.glob(f"{PACKAGE}/*.pyx"))
+TWINS = sorted(path.stem for path in (Path(__file__).parent / SOURCES).glob("*.pyx"))
 DIRECTIVES = {"language_level": "3", "boundscheck": False, "wraparound": False}
 
 
@@ -45,7 +58,7 @@ class OptionalBuildExt(build_ext):
         inplace = self.inplace  # setuptools' run clears it while building (and after a failure)
         # The package's directories: the one the wheel is made from and, for an in-place
         # (editable) build, the sources' one, which the install imports from.
-        places = [Path(self.build_lib, PACKAGE), *([Path(PACKAGE)] if inplace else [])]
+        places = [Path(self.build_lib, PACKAGE), *([SOURCES] if inplace else [])]
         try:
             from Cython.Build import cythonize  # noqa: PLC0415 - a build requirement only
         except ImportError as error:
@@ -84,6 +97,8 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension(f"{PACKAGE}.{name}", [f"{PACKAGE}/{name}.pyx"]) for name in TWINS],
+    packages=PACKAGES,
+    package_dir={PACKAGE: str(SOURCES)},
+    ext_modules=[Extension(f"{PACKAGE}.{name}", [f"{SOURCES}/{name}.pyx"]) for name in TWINS],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -1,7 +1,7 @@
 """basic.deliver with its content as one write: the hot outbound frame.
 
 Kept apart from frame_writer so that it has a compiled twin:
-``mqgw_speedups/deliver_frame.pyx`` builds the same bytes in C, and ``twins.twin``
+``speedups/mqgw_speedups/deliver_frame.pyx`` builds the same bytes in C, and ``twins.twin``
 picks it when it is built (``MQGW_PURE_PYTHON=1`` forces this module). This module is the
 reference: both give the same results, which tests/amqp/test_twins.py checks on random input.
 

@@ -1,7 +1,7 @@
 """Cutting a whole basic.publish (method, content header, one body frame) out of the input.
 
 The hot inbound path, kept apart from frame_reader so that it has a compiled twin:
-``mqgw_speedups/publish_cut.pyx`` does the same in C, and ``twins.twin`` picks it
+``speedups/mqgw_speedups/publish_cut.pyx`` does the same in C, and ``twins.twin`` picks it
 when it is built (``MQGW_PURE_PYTHON=1`` forces this module). This module is the reference:
 both give the same results, which tests/amqp/test_twins.py checks on random input.
 

@@ -2,13 +2,13 @@
 
 A hot function lives in a small pure-Python module beside the code that calls it
 (``gateway/amqp/publish_cut.py``, ``gateway/amqp/deliver_frame.py``): that module is the
-source of truth and the reference. Its compiled twin, ``mqgw_speedups/<name>.pyx``, does the
-same in C (Cython) and is built by the package's own build (setup.py) into the extension
-``mqgw_speedups.<name>``: ``pip install .``, a wheel, and the editable install of
+source of truth and the reference. Its compiled twin, ``speedups/mqgw_speedups/<name>.pyx``,
+does the same in C (Cython) and is built by the package's own build (setup.py) into the
+extension ``mqgw_speedups.<name>``: ``pip install .``, a wheel, and the editable install of
 ``scripts/setup`` (in place, beside the ``.pyx``) all have it. Where the build found no C
 compiler or no Python headers it warned, installed pure Python only and left the reason in
-``mqgw_speedups/not_built.txt``. Both twins can be imported in one process, so the tests run
-the codec suites against both and compare them on random input (tests/amqp/test_twins.py).
+``speedups/mqgw_speedups/not_built.txt``. Both twins can be imported in one process, so the
+tests run the codec suites against both and compare them on random input (tests/amqp/test_twins.py).
 
 ``pick(pure_function)`` gives the same-named function of the compiled twin when it is built,
 else ``pure_function``. ``MQGW_PURE_PYTHON=1`` in the environment forces the pure modules
@@ -32,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 COMPILED_PACKAGE = "mqgw_speedups"
 PURE_ENV = "MQGW_PURE_PYTHON"
-# The pure modules with a compiled twin (gateway/amqp/<name>.py, mqgw_speedups/<name>.pyx).
+# The pure modules with a compiled twin (gateway/amqp/<name>.py, speedups/mqgw_speedups/<name>.pyx).
 HOT_MODULES = ("deliver_frame", "publish_cut")
 # Written into mqgw_speedups by a build that could not compile (setup.py): the reason.
 NOT_BUILT_NOTE = "not_built.txt"

@@ -1,5 +1,5 @@
-"""The compiled twins of the hot paths (gateway/amqp/twins.py, mqgw_speedups/) against the pure
-ones.
+"""The compiled twins of the hot paths (gateway/amqp/twins.py, speedups/mqgw_speedups/) against
+the pure ones.
 
 The package's build compiles the twins (setup.py; in place for scripts/setup's editable
 install); these tests fail if it did not (the build warns and carries on, pure Python only, so
@@ -55,7 +55,7 @@ def test_compiled_twin_is_built_and_in_use_unless_pure_is_forced(
 
 def test_every_compiled_twin_is_a_hot_module_with_a_pure_one() -> None:
     """status() and `mqgw --version` check HOT_MODULES: each .pyx the build compiles."""
-    sources = sorted(path.stem for path in (REPO / "mqgw_speedups").glob("*.pyx"))
+    sources = sorted(path.stem for path in (REPO / "speedups" / "mqgw_speedups").glob("*.pyx"))
     assert sorted(twins.HOT_MODULES) == sources
     for name in sources:
         assert (REPO / "gateway" / "amqp" / f"{name}.py").is_file()
