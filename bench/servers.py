@@ -37,8 +37,14 @@ def die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def check_for(timeout_s: float, probe: Callable[[], T | None], interval_s: float = 0.02) -> T:
-    """Poll ``probe`` until it returns something truthy (nats-server's checkFor)."""
+def check_for(
+    timeout_s: float,
+    probe: Callable[[], T | None],
+    interval_s: float = 0.02,
+    what: str = "condition",
+) -> T:
+    """Poll ``probe`` until it returns something truthy (nats-server's checkFor); ``what`` names
+    the condition in the error."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -49,7 +55,7 @@ def check_for(timeout_s: float, probe: Callable[[], T | None], interval_s: float
         except Exception as error:
             last_error = error
         time.sleep(interval_s)
-    raise TimeoutError(f"condition not met within {timeout_s}s (last error: {last_error})")
+    raise TimeoutError(f"{what} not met within {timeout_s}s (last error: {last_error})")
 
 
 def _port_open(port: int) -> bool:

@@ -21,8 +21,8 @@ from tests.cluster.test_cluster_cli import (
     running,
     state,
     status,
-    wait_for,
 )
+from tests.harness.waiting import check_for
 
 QUEUE = "orders"
 
@@ -88,12 +88,13 @@ def test_failover_drill_through_the_cli(tmp_path: Path) -> None:
         assert master["epoch"] == 1
         (leader,) = leaders(data)
         slave = next(b for b in data["brokers"] if b is not master)
-        wait_for(
-            "the other broker is a slave in sync",
+        check_for(
+            15,
             lambda: [(b["role"], b["in_sync"]) for b in state(directory)["brokers"]
                      if b["name"] == slave["name"]] == [("slave", True)],
+            what="the other broker is a slave in sync",
         )  # fmt: skip
-        wait_for("status healthy", lambda: status(directory)[0] == 0)
+        check_for(15, lambda: status(directory)[0] == 0, what="status healthy")
         code, report = status(directory)
         assert report["leader"] == leader
         assert report["groups"] == [
@@ -116,12 +117,12 @@ def test_failover_drill_through_the_cli(tmp_path: Path) -> None:
         assert killed.returncode == 0, killed.stdout + killed.stderr
         assert not running(master)
         after_kill = time.monotonic()
-        wait_for(
-            "the slave is master at epoch 2 in cluster.json",
+        check_for(
+            4.5,
             lambda: (
                 [(b["name"], b["epoch"]) for b in masters(state(directory))] == [(slave["name"], 2)]
             ),
-            timeout_s=4.5,
+            what="the slave is master at epoch 2 in cluster.json",
         )
         seen_at_ms = time.time() * 1000
         print(f"kill -> new master in cluster.json: {time.monotonic() - after_kill:.2f} s")
@@ -141,10 +142,11 @@ def test_failover_drill_through_the_cli(tmp_path: Path) -> None:
         brokers = {b["name"]: b for b in remember(directory, seen)["brokers"]}
         returned = brokers[master["name"]]
         assert returned["port"] == master["port"] and returned["pid"] != master["pid"]
-        wait_for(
-            "the old master is a slave at epoch 2",
+        check_for(
+            15,
             lambda: [(b["role"], b["epoch"]) for b in state(directory)["brokers"]
                      if b["name"] == master["name"]] == [("slave", 2)],
+            what="the old master is a slave at epoch 2",
         )  # fmt: skip
         publish(channel, range(100, 110))
         assert drain(channel, set(range(100, 110))) == set(range(100, 110))
@@ -154,7 +156,9 @@ def test_failover_drill_through_the_cli(tmp_path: Path) -> None:
         killed = cli("stop", "--dir", d, "--kill", leader)
         assert killed.returncode == 0, killed.stdout + killed.stderr
         other = "c2" if leader == "c1" else "c1"
-        wait_for("the other controller leads", lambda: leaders(state(directory)) == [other])
+        check_for(
+            15, lambda: leaders(state(directory)) == [other], what="the other controller leads"
+        )
         code, report = status(directory)
         assert report["leader"] == other and code == 1  # the killed one is not running
         (dead,) = [p for p in report["processes"] if p["name"] == leader]
