@@ -62,6 +62,20 @@ def admin(gateway: GatewayServer) -> Admin:
     return Admin(lambda: gateway.admin_port)
 
 
+def hold_one_of_five(
+    a: GatewayServer, b: GatewayServer
+) -> tuple[Consumer, pika.BlockingConnection]:
+    """5 published through ``b``, the consumer on ``a`` acks "0" and holds "1": both gateways
+    then show 3 ready, 1 unacked, 4 messages."""
+    consumer, publishing = publish_five_through_b(a, b)
+    consumer.until(1)
+    consumer.ack(0)
+    assert [body for _, body in consumer.until(2)] == [b"0", b"1"]  # "1" stays unacked
+    wait_for_counts(admin(a), QUEUE, (3, 1, 4))
+    wait_for_counts(admin(b), QUEUE, (3, 1, 4))
+    return consumer, publishing
+
+
 def publish_five_through_b(
     a: GatewayServer, b: GatewayServer
 ) -> tuple[Consumer, pika.BlockingConnection]:
@@ -84,14 +98,7 @@ def test_counts_on_both_gateways_across_a_restart_of_the_delivering_one(
     cluster: Cluster,
 ) -> None:
     a, b = cluster.add_gateway("gwA"), cluster.add_gateway("gwB")
-    consumer, publishing = publish_five_through_b(a, b)
-    consumer.until(1)
-    consumer.ack(0)
-    assert [body for _, body in consumer.until(2)] == [b"0", b"1"]  # "1" stays unacked
-
-    # The queue's counts on both (B's own routing count said 5 ready).
-    wait_for_counts(admin(a), QUEUE, (3, 1, 4))
-    wait_for_counts(admin(b), QUEUE, (3, 1, 4))
+    consumer, publishing = hold_one_of_five(a, b)  # B's own routing count said 5 ready
 
     assert a.proc is not None
     a.proc.send_signal(signal.SIGTERM)
