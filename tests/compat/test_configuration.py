@@ -152,7 +152,9 @@ def test_a_category_level_hides_its_lines_only(tmp_path: Path) -> None:
 def test_version(tmp_path: Path) -> None:
     result = _mqgw("--version", cwd=tmp_path)
     assert result.returncode == 0
-    assert result.stdout.strip() == f"mqgw {importlib.metadata.version('mqgw')}"
+    version, hot_paths = result.stdout.strip().splitlines()
+    assert version == f"mqgw {importlib.metadata.version('mqgw')}"
+    assert hot_paths.startswith("compiled hot paths: ")  # yes, or no (why): test_version.py
 
 
 def test_config_show_names_the_source_of_each_value(tmp_path: Path) -> None:
