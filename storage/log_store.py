@@ -78,6 +78,7 @@ Clock = Callable[[], int]  # milliseconds since the epoch
 _READ_GAP_BYTES = 64 << 10  # records this close together are fetched with one pread
 _SYNCFS_ABOVE_FILES = 64  # more dirty index files than this: one syncfs instead of fsyncs
 _CLEAN_MARKER = "CLEAN"  # written by close(), removed at open
+_NO_REPORT = (-1, 0, 0, 0)  # PartitionStats' progress fields when none was reported
 
 
 def read_layout(data_dir: Path) -> dict[str, int] | None:
@@ -644,8 +645,9 @@ class LogStore:
         for p in range(info.partitions):
             low, high = self.partition_range(queue_id, p)
             committed = self.committed_offset(group, queue_id, p)
-            report = reports.get((group, queue_id, p), ())  # none: the fields' defaults
-            parts.append(PartitionStats(p, low, high, committed, info.dropped[p], *report))
+            report = reports.get((group, queue_id, p), _NO_REPORT)
+            fence = self.offsets.fences.get((group, queue_id, p), 0)
+            parts.append(PartitionStats(p, low, high, committed, info.dropped[p], *report, fence))
         return QueueStats.of(queue_id, parts)
 
     def ready_count(self, queue_id: int, group: str = QUEUE_GROUP) -> int:

@@ -67,6 +67,9 @@ class PartitionStats(NamedTuple):
     ready_behind: int = 0
     takers: int = 0
     reported_ready: int = 0
+    # The highest fencing token seen for the group's offsets (0: none): the delivery lease
+    # holder that took the partition over last (a new holder reads it before its own).
+    fence: int = 0
 
     @property
     def ready(self) -> int:

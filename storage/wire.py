@@ -59,8 +59,9 @@ from storage.wire_replication import (
 
 # 2: APPEND carries a batch id; REPLICATE. 3: fencing tokens on offset commits and reads,
 # length limits on APPEND (refusals in its answer), READ's wait_ms. 4: byte limits on APPEND,
-# DeliveryProgress on offset commits and in queue stats.
-PROTOCOL_VERSION = 4
+# DeliveryProgress on offset commits and in queue stats. 5: the highest fence per partition in
+# queue stats (a new lease holder checks its predecessor's note against it).
+PROTOCOL_VERSION = 5
 NO_PROGRESS = DeliveryProgress(-1)  # how a commit without a progress report travels
 # APPEND: wait_durable, record count, batch id (0: none); per record: exchange, routing key,
 # destination count, properties and body lengths, born_ts_ms, flags; then destinations, then
@@ -77,7 +78,7 @@ MESSAGE = struct.Struct("<qqHHIIqqI")  # queue/commit offsets, 4 lengths, born, 
 APPEND_RESULT = struct.Struct("<qqIqI")  # start, end, count, store_ts_ms, offsets count
 QUEUE_START = struct.Struct("<IHq")
 STATS_HEAD = struct.Struct("<IqqH")  # queue id, ready, dropped, partition count
-PARTITION = struct.Struct("<HqqqqqqIq")  # PartitionStats, field by field
+PARTITION = struct.Struct("<HqqqqqqIqq")  # PartitionStats, field by field
 RETENTION = struct.Struct("<qq")  # deleted segments, freed bytes; then dropped per queue
 ID_VALUE = struct.Struct("<Iq")  # a dict[int, int] entry (queues, held-back bytes)
 # Request arguments are as wide as Python lets a caller pass them: an out-of-range partition

@@ -122,7 +122,7 @@ append_results = st.builds(
 read_results = st.builds(
     ReadResult, st.sampled_from(ReadStatus), st.lists(messages, max_size=6), i64, i64, i64
 )
-partitions = st.builds(PartitionStats, u16, i64, i64, i64, i64, i64, i64, u32, i64)
+partitions = st.builds(PartitionStats, u16, i64, i64, i64, i64, i64, i64, u32, i64, i64)
 responses = st.one_of(
     st.tuples(st.just(Op.HELLO), st.builds(Hello, u16, text)),
     st.tuples(st.just(Op.APPEND), append_results),
