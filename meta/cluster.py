@@ -27,6 +27,37 @@ class BrokerInfo:
     alive: bool  # the heartbeat's lease has not lapsed
 
 
+@dataclass(frozen=True)
+class HandedNote:
+    """What a delivery lease's last holder left in Redis when it was taken next: its token,
+    and the offset it recorded when it gave the lease up (None: it never gave it up, so it
+    lapsed or was taken from a holder that stopped answering)."""
+
+    token: int
+    mark: int | None
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """``take_lease``'s answer: who holds the lease now and with which fencing token."""
+
+    holder: str
+    token: int
+    mine: bool  # held by the caller (taken now, or renewed)
+    taken: bool  # it changed hands to the caller with this call
+    # Only when ``taken``: the note of the holder before (None: there was none, which
+    # includes a lease nobody ever held).
+    handed: HandedNote | None = None
+
+
+@dataclass(frozen=True)
+class HandOverRequest:
+    """A gateway asks the holder of delivery leases ``names`` to give them up (basic.get)."""
+
+    request_id: str  # where the answer goes
+    names: tuple[str, ...]
+
+
 class ClusterRegistry(Protocol):
     # --- gateway leases ---
     async def register_gateway(self, gateway_id: str, ttl_ms: int) -> None:

@@ -6,6 +6,13 @@ still be found and reaped. A gateway's exclusive queues are found through the ow
 ``<prefix>owner:<gateway_id>/<n>`` (one per connection, kept by declare and delete), by
 SCAN: reaping is rare, and per-connection sets keep closing a connection cheap.
 
+Delivery leases are ``<prefix>lease:<name>`` ("<owner> <token>", with a TTL), tokens from
+``<prefix>lease-tokens``. Beside each, ``<prefix>lease-handed:<name>`` keeps the note for the
+next holder: "<token> <mark>" once the holder gave the lease up with a mark, "<token> -"
+while it holds it (a lapse leaves that). A gateway asks another for leases through the list
+``<prefix>handover:<gateway>`` (read with BLPOP) and gets the answer on
+``<prefix>handover-answer:<request id>``.
+
 Broker heartbeats and delivery leases go straight to Redis, without the first-use bootstrap
 of vhost "/" and guest: a broker is no metadata client, and must not be the one to decide
 (with its own defaults) what a fresh cluster's first user is.
@@ -19,12 +26,19 @@ slightly) and kept by HINCRBY, also when a queue is deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable
 from typing import Any
 
 from meta.change_feed import Change
-from meta.cluster import BrokerInfo, spread_partitions
+from meta.cluster import (
+    BrokerInfo,
+    HandedNote,
+    HandOverRequest,
+    LeaseState,
+    spread_partitions,
+)
 from meta.errors import queue_not_found
 from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef
 from meta.redis_base import RedisStoreBase
@@ -32,28 +46,55 @@ from meta.redis_conn import text
 from meta.redis_topology import TopologyView
 from meta.serialization import key_of, parse_key
 
-# KEYS: lease, token counter; ARGV: owner, ttl ms. The value is "<owner> <token>".
+# KEYS: lease, token counter, handed note; ARGV: owner, ttl ms, note ttl ms. The lease's value
+# is "<owner> <token>"; the note's "<token> <mark>" once that holder gave the lease up with a
+# mark, "<token> -" while it holds it. Answers {state, holder, token, note before}: "renewed"
+# (the owner's already), "taken" (the owner's now, a new token; the note the last holder
+# left, or ""), "held" (another's).
 _HOLD_LEASE = """
 local held = redis.call('GET', KEYS[1])
 if held then
   local owner, token = string.match(held, '^(.*) (%d+)$')
   if owner == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return token
+    return {'renewed', owner, token, ''}
   end
-  return false
+  return {'held', owner, token, ''}
 end
-local token = redis.call('INCR', KEYS[2])
+local token = tostring(redis.call('INCR', KEYS[2]))
+local before = redis.call('GET', KEYS[3]) or ''
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
-return tostring(token)
+redis.call('SET', KEYS[3], token .. ' -', 'PX', ARGV[3])
+return {'taken', ARGV[1], token, before}
 """
+# KEYS: lease, handed note; ARGV: owner, mark ("": none), note ttl ms.
 _DROP_LEASE = """
 local held = redis.call('GET', KEYS[1])
-if held and string.match(held, '^(.*) %d+$') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+if not held then
+  return 0
+end
+local owner, token = string.match(held, '^(.*) (%d+)$')
+if owner ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[2], token .. ' ' .. ARGV[2], 'PX', ARGV[3])
 end
 return 1
 """
+# A handed note outlives its lease this long: it only ever makes the next holder flag less,
+# and a note gone makes it flag what it cannot know about (as for a lease that lapsed).
+HANDED_NOTE_TTL_MS = 86_400_000
+# A request or an answer nobody took is dropped after this (its asker gave up long before).
+HAND_OVER_KEEP_MS = 10_000
+
+
+def _handed(note: str) -> HandedNote | None:
+    token, _, mark = note.partition(" ")
+    if not token.isdigit():
+        return None
+    return HandedNote(int(token), int(mark) if mark.isdigit() else None)
 
 
 class RedisClusterRegistry(RedisStoreBase):
@@ -137,17 +178,89 @@ class RedisClusterRegistry(RedisStoreBase):
         """Take lease ``name`` for ``owner`` when it is free, or extend it when ``owner``
         holds it. Returns the lease's fencing token (a new, larger one each time the lease
         changes hands), or None when another owner holds it."""
-        key = self._keys.delivery_lease(name)
-        tokens = self._keys.lease_tokens()
-        found = await self._conn.run(
-            lambda: self._hold_script(keys=[key, tokens], args=[owner, ttl_ms])
-        )
-        return None if found is None else int(found)
+        state = await self.take_lease(name, owner, ttl_ms)
+        return state.token if state.mine else None
 
-    async def drop_lease(self, name: str, owner: str) -> None:
-        """Give lease ``name`` up if ``owner`` holds it (its consumers left)."""
-        key = self._keys.delivery_lease(name)
-        await self._conn.run(lambda: self._drop_script(keys=[key], args=[owner]))
+    async def take_lease(self, name: str, owner: str, ttl_ms: int) -> LeaseState:
+        """``hold_lease``, answering who holds the lease, and, when it just changed hands to
+        ``owner``, the note its last holder left giving it up (``drop_lease``'s mark)."""
+        keys = [self._keys.delivery_lease(name), self._keys.lease_tokens()]
+        keys.append(self._keys.lease_handed(name))
+        args = [owner, ttl_ms, HANDED_NOTE_TTL_MS]
+        state, holder, token, before = await self._conn.run(
+            lambda: self._hold_script(keys=keys, args=args)
+        )
+        taken = text(state) == "taken"
+        return LeaseState(
+            holder=text(holder),
+            token=int(token),
+            mine=text(state) != "held",
+            taken=taken,
+            handed=_handed(text(before)) if taken else None,
+        )
+
+    async def drop_lease(self, name: str, owner: str, mark: int | None = None) -> None:
+        """Give lease ``name`` up if ``owner`` holds it (its consumers left). ``mark``: the
+        note for the next holder (the offset below which a message may have been delivered
+        and not settled); without one, the next holder is told nothing (as after a lapse)."""
+        keys = [self._keys.delivery_lease(name), self._keys.lease_handed(name)]
+        args = [owner, "" if mark is None else str(mark), HANDED_NOTE_TTL_MS]
+        await self._conn.run(lambda: self._drop_script(keys=keys, args=args))
+
+    # --- hand-over requests: a gateway asks a lease holder to give leases up ---
+
+    async def ask_hand_over(
+        self, holder: str, names: list[str], request_id: str, wait_s: float
+    ) -> str | None:
+        """Ask gateway ``holder`` to give the leases ``names`` up, and wait up to ``wait_s``
+        for its answer (``answer_hand_over``'s); None if none came."""
+        requests = self._keys.hand_over_requests(holder)
+        answer = self._keys.hand_over_answer(request_id)
+        request = json.dumps({"id": request_id, "names": names})
+
+        async def ask() -> None:
+            async with self._conn.client.pipeline(transaction=True) as pipe:
+                pipe.rpush(requests, request)
+                pipe.pexpire(requests, HAND_OVER_KEEP_MS)
+                await pipe.execute()
+
+        async def wait() -> str | None:
+            reply = await self._conn.client.blpop([answer], timeout=wait_s)
+            return None if reply is None else text(reply[1])
+
+        await self._conn.run(ask)
+        return await self._conn.run(wait)
+
+    async def hand_over_requests(self, gateway_id: str, wait_s: float) -> list[HandOverRequest]:
+        """The requests made to ``gateway_id``, waiting up to ``wait_s`` for the first."""
+        key = self._keys.hand_over_requests(gateway_id)
+
+        async def take() -> list[str]:
+            first = await self._conn.client.blpop([key], timeout=wait_s)
+            if first is None:
+                return []
+            rest = await self._conn.client.lpop(key, 100)  # None when there are no more
+            more = rest if isinstance(rest, list) else []
+            return [text(first[1]), *(text(r) for r in more)]
+
+        requests = []
+        for raw in await self._conn.run(take):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                parsed = json.loads(raw)
+                names = tuple(str(n) for n in parsed["names"])
+                requests.append(HandOverRequest(str(parsed["id"]), names))
+        return requests
+
+    async def answer_hand_over(self, request_id: str, answer: str) -> None:
+        key = self._keys.hand_over_answer(request_id)
+
+        async def send() -> None:
+            async with self._conn.client.pipeline(transaction=True) as pipe:
+                pipe.rpush(key, answer)
+                pipe.pexpire(key, HAND_OVER_KEEP_MS)
+                await pipe.execute()
+
+        await self._conn.run(send)
 
     def _hold_script(self, **call: Any) -> Any:
         return self._script("_hold_lease_script", _HOLD_LEASE)(**call)

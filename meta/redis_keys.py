@@ -82,5 +82,14 @@ class RedisKeys:
     def lease_tokens(self) -> str:  # INCR counter: fencing tokens of delivery leases
         return self.prefix + "lease-tokens"
 
+    def lease_handed(self, name: str) -> str:  # string "<token> <mark>|-" with a TTL
+        return self.prefix + "lease-handed:" + name
+
+    def hand_over_requests(self, gateway_id: str) -> str:  # list: requests to that gateway
+        return self.prefix + "handover:" + gateway_id
+
+    def hand_over_answer(self, request_id: str) -> str:  # list: the one answer to a request
+        return self.prefix + "handover-answer:" + request_id
+
     def broker_lease(self, group: str, broker_id: str) -> str:  # string with a TTL
         return f"{self.prefix}broker:{quote(group, safe='')}:{broker_id}"
