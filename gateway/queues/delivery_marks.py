@@ -12,8 +12,8 @@ at its next start, before any delivery.
 
 A mark only ever says "below here a message may have been delivered" (true for good), so a
 file left over by a crash after it was read flags no more than the crash's own marks do.
-Cluster gateways keep no file: a gateway that takes a partition over flags everything up to
-the end (QueueRuntime.take_over).
+Cluster gateways keep no file: a gateway that gives a partition's delivery lease up leaves the
+same mark in Redis for the next holder (QueueRuntime.hand_over, take_over).
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.priority_index import Level, firsts, max_priority_of, message_priority
 from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, QueueRuntime
+from meta.cluster import HandedNote
 from meta.models import QueueDef
 from storage import DeliveryProgress, ReadStatus, StoredMessage, StorePort
 
@@ -130,10 +131,10 @@ class PriorityQueueRuntime(QueueRuntime):
             await self.fill()
         return self._peek_head()
 
-    async def get(self) -> tuple[int, StoredMessage, bool] | None:
+    async def _get(self) -> tuple[int, StoredMessage, bool] | None:
         if not self.exhausted:  # published since the last scan: it may outrank the head
             await self.fill()
-        return await super().get()
+        return await super()._get()
 
     def _return(self, partition: int, message: StoredMessage) -> None:
         index = message_priority(message.properties, self.max_priority)
@@ -321,16 +322,23 @@ class PriorityQueueRuntime(QueueRuntime):
         self._reindex()
         return dropped, exact
 
-    async def take_over(self, partition: int) -> None:
+    async def take_over(self, partition: int, handed: HandedNote | None = None) -> None:
         async with self._lock:
-            for level in self.levels:
-                level.returned = [e for e in level.returned if e[1] != partition]
-                heapq.heapify(level.returned)
-                level.loaded = deque(e for e in level.loaded if e[0] != partition)
-                level.pending.keep(lambda p, _offset: p != partition)
-            self._reindex()
-            await super().take_over(partition)
+            await super().take_over(partition, handed)
             self.ready_count += sum(level.count() for level in self.levels)
+
+    async def hand_over(self, partition: int) -> int:
+        async with self._lock:  # a scan must not index into what is dropped
+            return await super().hand_over(partition)
+
+    def _forget_partition(self, partition: int) -> None:
+        super()._forget_partition(partition)
+        for level in self.levels:
+            level.returned = [e for e in level.returned if e[1] != partition]
+            heapq.heapify(level.returned)
+            level.loaded = deque(e for e in level.loaded if e[0] != partition)
+            level.pending.keep(lambda p, _offset: p != partition)
+        self._reindex()
 
     async def purge(self) -> int:
         async with self._lock:

@@ -44,8 +44,16 @@ from gateway.queues.dead_lettering import DeadLettering, stamped
 from gateway.queues.expiry import deadline_ms, expire_head
 from gateway.queues.length_limits import LengthLimits
 from gateway.queues.rate_limit import TokenBucket
+from meta.cluster import HandedNote
 from meta.models import QueueDef
-from storage import QUEUE_GROUP, DeliveryProgress, ReadStatus, StoredMessage, StorePort
+from storage import (
+    QUEUE_GROUP,
+    DeliveryProgress,
+    PartitionStats,
+    ReadStatus,
+    StoredMessage,
+    StorePort,
+)
 from storage.errors import StaleFence, StoreError
 from storage.record import EXPIRES, PERSISTENT, REDELIVERED
 
@@ -118,6 +126,7 @@ class QueueRuntime:
         # Cluster: called when a fill reached the end of every partition (long-poll reads).
         self.on_exhausted: Callable[[QueueRuntime], None] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)
+        self.getting = 0  # basic.gets under way (cluster: the leases are not handed over)
         # Attached while its broker group was down (cluster): not started, not delivered,
         # until VirtualHost.start_waiting finds the group back.
         self.waiting_for_broker = False
@@ -365,6 +374,13 @@ class QueueRuntime:
 
     async def get(self) -> tuple[int, StoredMessage, bool] | None:
         """basic.get: take the next message, reading from the store if need be."""
+        self.getting += 1  # cluster: no lease hand-over while a get reads
+        try:
+            return await self._get()
+        finally:
+            self.getting -= 1
+
+    async def _get(self) -> tuple[int, StoredMessage, bool] | None:
         taken = self.take()
         while taken is None and not self.exhausted:
             await self.fill()
@@ -712,28 +728,29 @@ class QueueRuntime:
     def holds_all_leases(self) -> bool:
         return self.leases is None or all(self.leases)
 
+    def holds_lease(self, partition: int) -> bool:
+        return self.leases is None or self.leases[partition]
+
     def set_lease(self, partition: int, held: bool) -> None:
         if self.leases is not None:
             self.leases[partition] = held
 
-    async def take_over(self, partition: int) -> None:
+    async def take_over(self, partition: int, handed: HandedNote | None = None) -> None:
         """This gateway now delivers ``partition``: start from the broker's committed offset
-        (another gateway may have delivered and committed meanwhile) and flag what lies
-        before the end as possibly delivered already (it may have gone out from there).
-        The read registers the lease's fencing token (``fences``, set by the cluster link):
-        the holder replaced can commit no more (StaleFence)."""
+        (another gateway may have delivered and committed meanwhile) and flag as redelivered
+        what may have gone out before (``_delivered_before``: what the last holder's note
+        says, checked against the broker's fence). The read registers the lease's fencing
+        token (``fences``, set by the cluster link): the holder replaced can commit no more
+        (StaleFence)."""
         stats = await self.store.queue_stats(self.queue_id)
         committed = await self.store.committed_offset(
             QUEUE_GROUP, self.queue_id, partition, self.fences[partition]
         )
         # Dropped after the reads (which yield): the partition is read again from committed.
-        self.buffer = deque(item for item in self.buffer if item[0] != partition)
-        requeued = [item for item in self.requeued if item[1] != partition]
-        heapq.heapify(requeued)
-        self.requeued = requeued
+        self._forget_partition(partition)
         part = stats.partitions[partition]
         self.cursors[partition] = max(committed, part.min_offset)
-        self.maybe_delivered[partition] = part.max_offset
+        self.maybe_delivered[partition] = _delivered_before(part, handed)
         self.ready_count = (
             sum(max(0, s.max_offset - self.cursors[s.partition]) for s in stats.partitions)
             + sum(1 for _ in self.buffer)
@@ -741,6 +758,41 @@ class QueueRuntime:
         )
         self.exhausted = False
         self.set_lease(partition, True)
+
+    async def commit_partition(self, partition: int) -> bool:
+        """The last commit of ``partition`` before its lease goes (it is no longer marked
+        held, which ``commit`` skips): False if the broker refused the fence (the lease was
+        lost meanwhile). StoreError if the broker is away."""
+        progress = self.delivery_progress()
+        report = progress[partition] if progress is not None else None
+        offset = self.committed_offsets()[partition]
+        try:
+            await self.store.commit_offset(
+                QUEUE_GROUP, self.queue_id, partition, offset, self.fences[partition], report
+            )
+        except StaleFence as error:
+            self.lose_lease(partition, error)
+            return False
+        return True
+
+    async def hand_over(self, partition: int) -> int:
+        """This gateway stops delivering ``partition`` (after its final commit; the lease goes
+        to another gateway): what it holds of it is dropped and its cursor goes back to the
+        committed offset (a later commit here cannot move past what it dropped). Returns the
+        note for the next holder: the offset below which a message may have gone out and is
+        not settled (from here, or from a holder before, as the take-over learnt it)."""
+        committed = self.committed_offsets()[partition]
+        self._forget_partition(partition)
+        self.cursors[partition] = committed
+        self.set_lease(partition, False)
+        return max(self.maybe_delivered[partition], self.delivered_below[partition], committed)
+
+    def _forget_partition(self, partition: int) -> None:
+        """Drop what was read of ``partition`` and not handed out (or handed back)."""
+        self.buffer = deque(item for item in self.buffer if item[0] != partition)
+        requeued = [item for item in self.requeued if item[1] != partition]
+        heapq.heapify(requeued)
+        self.requeued = requeued
 
     async def reset_to_time(self, ts_ms: int) -> list[tuple[int, int]]:
         """Read again from the first message stored at or after ``ts_ms`` (RocketMQ's
@@ -773,6 +825,11 @@ class QueueRuntime:
         self.commit_dirty = False
         progress = self.delivery_progress()
         for partition, offset in enumerate(self.committed_offsets()):
+            if self.leases is not None and not self.leases[partition]:
+                # Cluster: the holder commits it. What is left here (a late ack after the
+                # partition was handed over or lost) must not move its position, and an
+                # unfenced commit (0 after lose_lease) would be admitted.
+                continue
             fence = self.fences[partition]
             report = progress[partition] if progress is not None and fence else None  # held
             try:
@@ -825,3 +882,16 @@ class QueueRuntime:
         )
         self.fences[partition] = 0
         self.set_lease(partition, False)
+
+
+def _delivered_before(part: PartitionStats, handed: HandedNote | None) -> int:
+    """Below which offset of a partition just taken over a message may have been delivered
+    (cluster): nothing if no gateway ever took it over (no fence at the broker, no note in
+    Redis); the mark its last holder left when it gave the lease up cleanly, if the broker's
+    highest fence is that holder's (so nobody took it over since, even if Redis lost the
+    newer note); otherwise (the lease lapsed, the note is gone) everything up to the end."""
+    if handed is None and part.fence == 0:
+        return 0
+    if handed is not None and handed.mark is not None and handed.token == part.fence:
+        return handed.mark
+    return part.max_offset

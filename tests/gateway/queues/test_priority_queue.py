@@ -302,8 +302,8 @@ def test_a_large_backlog_is_scanned_without_holding_it(tmp_path: Path) -> None:
 
 def test_take_over_rebuilds_the_index_from_the_committed_offset(tmp_path: Path) -> None:
     """Cluster hook: this gateway takes the partition's delivery lease back after another
-    delivered from it; the index restarts at the broker's committed offset, in priority
-    order, flagged as possibly delivered."""
+    delivered from it and let it lapse (no note); the index restarts at the broker's
+    committed offset, in priority order, flagged as possibly delivered."""
 
     async def scenario() -> None:
         config = StoreConfig(tmp_path, flush=FlushPolicy.ASYNC)
@@ -319,8 +319,10 @@ def test_take_over_rebuilds_the_index_from_the_committed_offset(tmp_path: Path) 
             ]
             await _append(store, queue, records, through=False)
             assert (await queue.get()) is not None  # the index is built and one is out
-            await store.commit_offset(QUEUE_GROUP, 1, 0, 5)  # what the other gateway settled
-            await queue.take_over(0)
+            # What the other gateway (lease token 7) settled before its lease lapsed.
+            await store.commit_offset(QUEUE_GROUP, 1, 0, 5, fence=7)
+            queue.fences[0] = 8
+            await queue.take_over(0, None)
             assert queue.ready_count == 5
             got = []
             while (taken := await queue.get()) is not None:
