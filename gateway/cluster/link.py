@@ -20,10 +20,15 @@ the tasks that keep several gateways in step.
 - **Delivery leases.** Each queue partition is delivered by one gateway at a time: the one
   holding its lease, taken among gateways with consumers on the queue. A gateway that takes
   a lease starts from the broker's committed offsets and flags what may have gone out before
-  as redelivered; one that loses its lease (or its consumers) stops delivering there. Leases
-  lapse 5 s after a gateway dies, so its unacked messages come back to the others.
-- **basic.get** takes the queue's leases on demand when nobody holds them (and keeps them a
-  few seconds); while another gateway delivers the queue, a get here answers get-empty.
+  as redelivered: below the mark its last holder left giving the lease up cleanly (checked
+  against the broker's fence), everything when that holder let it lapse. One that loses its
+  lease stops delivering there; one with no use left for a lease (its consumers gone, its
+  gets over, asked for it, stopping) commits and gives it up with such a note. Leases lapse
+  5 s after a gateway dies, so its unacked messages come back to the others.
+- **basic.get** takes the queue's leases on demand (and keeps them a few seconds). Those
+  another gateway holds are asked for (a request over Redis, ``_serve_hand_overs`` answers
+  it): a holder with no use for them hands them over at once, so a get is served after one
+  hand-over; while the holder uses the queue a get here answers get-empty.
 - **Fencing.** The lease's token goes with every offset commit of the partition, and the
   take-over read of the committed offset registers it on the broker: a holder that was
   replaced (paused past its lease, cut off from Redis) has its late commits refused
@@ -37,7 +42,9 @@ the tasks that keep several gateways in step.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
@@ -47,6 +54,7 @@ import anyio
 from gateway.cluster.groups import BrokerGroups, find_start_groups, open_group
 from gateway.cluster.placement import QueuePlacement
 from meta.change_feed import Change, Reload
+from meta.cluster import HandedNote
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
 from storage import BrokerUnavailable, ReadStatus, StoreError
@@ -68,6 +76,14 @@ POLL_S = 0.05
 LONG_POLL_MS = 5_000  # a held read's longest wait on the broker (then it is sent again)
 RETRY_S = 0.5
 GET_HOLD_S = 5.0  # a queue read by basic.get keeps its leases this long after the last get
+# basic.get on a gateway that does not hold the queue's leases asks the holder to hand them
+# over and waits this long at most for its answer (docs/cluster.md: one hand-over is a few
+# Redis and broker round trips; this bound is for a holder that is slow or gone).
+HANDOVER_WAIT_S = 0.5
+HANDOVER_LISTEN_S = 1.0  # the blocking read of requests to this gateway (then read again)
+BUSY_S = POLL_S  # a holder's "busy" answer stands for the gets here during this long
+SILENT_S = 1.0  # a holder that did not answer is not asked again during this long
+RELEASE_AT_STOP_S = 2.0  # at a stop, the leases are given up within this (else they lapse)
 
 
 @asynccontextmanager
@@ -127,6 +143,17 @@ class ClusterLink:
         self._exhausted: dict[int, anyio.Event] = {}  # queue id -> set when it read all
         self._away: set[tuple[int, int]] = set()  # partitions whose take-over failed (logged)
         self._tasks: anyio.abc.TaskGroup | None = None
+        # Partitions being taken over, and being given up (neither is started again
+        # meanwhile); per queue id, the hand-over request out for the gets here and when
+        # another may be sent; the note a lease was taken with, kept until its take-over
+        # succeeded (token, note).
+        self._taking: set[tuple[int, int]] = set()
+        self._releasing: set[tuple[int, int]] = set()
+        self._asking: dict[int, anyio.Event] = {}
+        self._ask_after: dict[int, float] = {}
+        self._notes: dict[tuple[int, int], tuple[int, HandedNote | None]] = {}
+        self._requests = itertools.count(1)
+        self._run_id = uuid.uuid4().hex[:12]  # request ids stay unique across restarts
 
     async def start(self) -> str:
         """Before connections are accepted: lease taken; returns the feed position to follow
@@ -135,11 +162,19 @@ class ClusterLink:
         return await self.meta.change_position()
 
     async def run(self, position: str) -> None:
-        async with anyio.create_task_group() as tg:
-            self._tasks = tg
-            tg.start_soon(self._keep_lease)
-            tg.start_soon(self._follow, position)
-            tg.start_soon(self._deliver_leases)
+        """The cluster tasks, until cancelled (the server's stop, after the node's shutdown
+        closed the connections and committed): then every delivery lease held is given up,
+        with its note, rather than left to lapse."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tasks = tg
+                tg.start_soon(self._keep_lease)
+                tg.start_soon(self._follow, position)
+                tg.start_soon(self._deliver_leases)
+                tg.start_soon(self._serve_hand_overs)
+        finally:
+            with anyio.move_on_after(RELEASE_AT_STOP_S, shield=True):
+                await self._give_all_up()
 
     # -- gateway lease and reaping ----------------------------------------------------------
 
@@ -277,48 +312,188 @@ class ClusterLink:
             del self._watchers[key]
 
     async def hold_for_get(self, queue: QueueRuntime) -> bool:
-        """basic.get here: take the queue's leases now if nobody holds them, and keep them a
-        while (``GET_HOLD_S``) for the gets that usually follow. False while another gateway
-        delivers the queue (the get answers get-empty, as for a queue another consumer
+        """basic.get here: take the queue's leases now, and keep them a while (``GET_HOLD_S``)
+        for the gets that usually follow. Those another gateway holds are asked for: one
+        with no use for them (no consumer on the queue there, no get under way, nothing of
+        them delivered and unacked) commits and gives them up (``_hand_over``), and they are
+        taken here at once. False while it does use them, or gives no answer within
+        ``HANDOVER_WAIT_S`` (the get answers get-empty, as for a queue another consumer
         drains)."""
         queue.last_get = anyio.current_time()
         if queue.holds_all_leases():
             return True
+        try:
+            others = await self._hold_free(queue)
+            if others and await self._asked_to_hand_over(queue, others):
+                await self._hold_free(queue)
+        except MetadataUnavailable:
+            return False
+        return queue.holds_all_leases()
+
+    async def _hold_free(self, queue: QueueRuntime) -> dict[str, list[int]]:
+        """Take the queue's leases nobody holds; the partitions others hold, by holder."""
+        others: dict[str, list[int]] = {}
         for partition in range(queue.partitions):
             if (queue.queue_id, partition) not in self.held:
-                try:
-                    await self._try_hold(queue, partition)
-                except MetadataUnavailable:
+                holder = await self._try_hold(queue, partition)
+                if holder is not None:
+                    others.setdefault(holder, []).append(partition)
+        return others
+
+    async def _asked_to_hand_over(self, queue: QueueRuntime, others: dict[str, list[int]]) -> bool:
+        """Ask the holders of the queue's other partitions to hand them over; True if each
+        said it gave them up. One request at a time per queue: the gets that come while it
+        is out wait for its answer. After "busy" no new request goes out for ``BUSY_S``,
+        after no answer for ``SILENT_S``: those gets answer get-empty at once."""
+        queue_id = queue.queue_id
+        pending = self._asking.get(queue_id)
+        if pending is not None:
+            with anyio.move_on_after(HANDOVER_WAIT_S):
+                await pending.wait()
+            return True  # whatever it answered, holding again is cheap
+        if anyio.current_time() < self._ask_after.get(queue_id, 0.0):
+            return False
+        self._ask_after.pop(queue_id, None)
+        event = self._asking[queue_id] = anyio.Event()
+        try:
+            for holder, partitions in others.items():
+                names = [_lease_name((queue_id, p)) for p in partitions]
+                request_id = f"{self.gateway_id}/{self._run_id}/{next(self._requests)}"
+                answer = await self.meta.ask_hand_over(holder, names, request_id, HANDOVER_WAIT_S)
+                if answer != RELEASED:
+                    pause = BUSY_S if answer == BUSY else SILENT_S
+                    self._ask_after[queue_id] = anyio.current_time() + pause
+                    if answer is None:
+                        log.info("cluster: gateway %s did not answer for queue %r within "
+                                 "%.1f s", holder, queue.name, HANDOVER_WAIT_S)  # fmt: skip
                     return False
-        return queue.holds_all_leases()
+            return True
+        finally:
+            del self._asking[queue_id]
+            event.set()
+
+    # -- handing leases over --------------------------------------------------------------
+
+    async def _serve_hand_overs(self) -> None:
+        """Answer the other gateways' requests for leases held here (``hold_for_get``)."""
+        while True:
+            try:
+                requests = await self.meta.hand_over_requests(self.gateway_id, HANDOVER_LISTEN_S)
+                for request in requests:
+                    answer = await self._hand_over(request.names)
+                    await self.meta.answer_hand_over(request.request_id, answer)
+            except MetadataUnavailable as error:
+                log.warning("cluster: lease hand-over requests: %s", error)
+                await anyio.sleep(RETRY_S)
+
+    async def _hand_over(self, names: tuple[str, ...]) -> str:
+        """Give the leases ``names`` (one queue's partitions) up if this gateway has no use
+        for them: no consumer on the queue here, no get under way, nothing of theirs
+        delivered and unacknowledged (a hand-over would deliver it twice). All or none."""
+        keys = [k for k in (_lease_key(n) for n in names) if k is not None and k in self.held]
+        if not keys:
+            return RELEASED  # not held here (any more)
+        if any(k in self._taking for k in keys) or keys[0][0] in self._asking:
+            return BUSY  # just taken here, or a get here asks for its other partitions
+        queue = self.node.queue_by_id(keys[0][0])
+        if queue is not None and not queue.deleted:
+            if _in_use(queue, [p for _, p in keys]):
+                return BUSY
+            queue.last_get = -1e9  # the gets are the asker's now: not taken back for them
+        for key in keys:
+            if not await self._give_up(queue, key, must_commit=True):
+                return BUSY  # its broker is away: nothing given up that was not committed
+        log.debug("cluster: queue %r partition(s) %s handed over on request",
+                  queue.name if queue else keys[0][0], [p for _, p in keys])  # fmt: skip
+        return RELEASED
+
+    async def _give_up(
+        self, queue: QueueRuntime | None, key: tuple[int, int], must_commit: bool
+    ) -> bool:
+        """Commit, then give lease ``key`` up with the note for its next holder (the offset
+        below which a message may have gone out and is not settled, ``hand_over``). With
+        ``must_commit``, a commit that fails keeps the lease (False); otherwise the lease
+        goes all the same: the note still covers everything delivered here."""
+        token = self.held.pop(key, None)
+        if token is None:
+            return True
+        partition = key[1]
+        self._releasing.add(key)
+        try:
+            mark = None
+            # A take-over that did not finish (cancelled at a stop) delivered nothing and
+            # commits nothing; it leaves no note (it has not read the one it was handed).
+            if queue is not None and not queue.deleted and queue.holds_lease(partition):
+                queue.set_lease(partition, False)  # nothing delivered from here meanwhile
+                try:
+                    ours = await queue.commit_partition(partition)
+                except StoreError:
+                    if must_commit:
+                        self.held[key] = token
+                        queue.set_lease(partition, True)
+                        return False
+                    ours = True
+                if ours:  # not refused: the note is ours to leave
+                    mark = await queue.hand_over(partition)
+            await self.meta.drop_lease(_lease_name(key), self.gateway_id, mark)
+            return True
+        finally:
+            self._releasing.discard(key)
+
+    async def _give_all_up(self) -> None:
+        """At a stop: every lease held here goes, each with its note."""
+        for key in list(self.held):
+            queue = self.node.queue_by_id(key[0])
+            try:
+                await self._give_up(queue, key, must_commit=False)
+            except MetadataUnavailable as error:
+                log.warning("cluster: delivery leases left to lapse: %s", error)
+                return
+        log.info("cluster: delivery leases given up")  # (at a stop, even if there were none)
 
     def _wanted(self, queue: QueueRuntime, now: float) -> bool:
         if queue.waiting_for_broker:  # started first (its take-over needs the broker too)
             return False
         return bool(queue.consumers) or now - queue.last_get < GET_HOLD_S
 
-    async def _try_hold(self, queue: QueueRuntime, partition: int) -> None:
+    async def _try_hold(self, queue: QueueRuntime, partition: int) -> str | None:
+        """Hold (take or renew) the partition's lease; the holder's name if another holds
+        it. A lease taken changes hands with its last holder's note (``take_over``)."""
         key = (queue.queue_id, partition)
-        token = await self.meta.hold_lease(_lease_name(key), self.gateway_id, DELIVERY_LEASE_MS)
-        if token is None:
+        if key in self._releasing or key in self._taking:
+            return None  # being given up or taken over here (another task): not again
+        lease = await self.meta.take_lease(_lease_name(key), self.gateway_id, DELIVERY_LEASE_MS)
+        if not lease.mine:
             if self.held.pop(key, None) is not None:
                 log.warning("cluster: lost the delivery lease of queue %r partition %d",
                             queue.name, partition)  # fmt: skip
             queue.set_lease(partition, False)
-        elif self.held.get(key) != token or (
+            return lease.holder
+        token = lease.token
+        if lease.taken:
+            self._notes[key] = (token, lease.handed)
+        if self.held.get(key) != token or (
             queue.leases is not None and not queue.leases[partition]
         ):
             self.held[key] = token
             queue.fences[partition] = token
+            kept = self._notes.get(key)
+            handed = kept[1] if kept is not None and kept[0] == token else None
+            self._taking.add(key)
             try:
-                await queue.take_over(partition)
+                await queue.take_over(partition, handed)
             except StaleFence as error:  # a token below one the broker saw: not ours to use
                 del self.held[key]
+                self._notes.pop(key, None)
                 queue.lose_lease(partition, error)
-                return
+                return None
+            finally:
+                self._taking.discard(key)
+            self._notes.pop(key, None)
             self.node.scheduler.wake(queue)
             log.info("cluster: delivering queue %r partition %d (lease token %d)",
                      queue.name, partition, token)  # fmt: skip
+        return None
 
     async def _hold_unless_away(self, queue: QueueRuntime, partition: int) -> None:
         """``_try_hold``; while the partition's broker is away (the take-over's reads fail)
@@ -341,15 +516,33 @@ class ClusterLink:
     async def _renew_held(self) -> None:
         now = anyio.current_time()
         for key in list(self.held):
+            if key in self._taking:
+                continue  # a get's take-over (in its session's task): renewed next time
             queue = self.node.queue_by_id(key[0])
             if queue is not None and self._wanted(queue, now):
                 await self._hold_unless_away(queue, key[1])
                 continue
-            del self.held[key]  # no consumer here any more: let another gateway deliver
-            await self.meta.drop_lease(_lease_name(key), self.gateway_id)
-            if queue is not None:
-                queue.set_lease(key[1], False)
+            # No consumer here any more: let another gateway deliver.
+            await self._give_up(queue, key, must_commit=False)
+
+
+RELEASED = "released"
+BUSY = "busy"
 
 
 def _lease_name(key: tuple[int, int]) -> str:
     return f"q:{key[0]}:{key[1]}"
+
+
+def _lease_key(name: str) -> tuple[int, int] | None:
+    kind, _, rest = name.partition(":")
+    queue_id, _, partition = rest.partition(":")
+    if kind != "q" or not queue_id.isdigit() or not partition.isdigit():
+        return None
+    return int(queue_id), int(partition)
+
+
+def _in_use(queue: QueueRuntime, partitions: list[int]) -> bool:
+    """Whether this gateway uses the queue's ``partitions``: a consumer on the queue, a
+    basic.get under way, or a message of theirs delivered and not yet settled."""
+    return bool(queue.consumers or queue.getting or any(queue.inflight[p] for p in partitions))
