@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from storage.file_system import FileSystem
 
 if TYPE_CHECKING:
     from gateway.queues.runtime import QueueRuntime
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mqgw.queue")
 
 FILE_NAME = "delivered-marks.json"
+_FILES = FileSystem()  # the store's atomic write and directory fsync
 
 
 def save(data_dir: Path, queues: Iterable[QueueRuntime]) -> None:
@@ -41,15 +43,8 @@ def save(data_dir: Path, queues: Iterable[QueueRuntime]) -> None:
         for queue in queues
         for partition, mark in queue.delivery_marks().items()
     }
-    path = data_dir / FILE_NAME
-    temporary = path.with_suffix(".tmp")
     try:
-        with open(temporary, "wb") as file:
-            file.write(json.dumps(marks, sort_keys=True).encode())
-            file.flush()
-            os.fsync(file.fileno())
-        temporary.replace(path)
-        _fsync_dir(data_dir)
+        _FILES.write_atomic(data_dir / FILE_NAME, json.dumps(marks, sort_keys=True).encode())
     except OSError as error:  # a full disk: the next start flags these messages False
         log.warning("could not keep what was delivered unacked for the next start: %s", error)
 
@@ -67,7 +62,7 @@ def load(data_dir: Path) -> dict[tuple[int, int], int]:
         document = {}
     with contextlib.suppress(OSError):
         path.unlink()
-        _fsync_dir(data_dir)
+        _FILES.fsync_dir(data_dir)
     marks: dict[tuple[int, int], int] = {}
     for key, mark in document.items() if isinstance(document, dict) else ():
         queue_id, _, partition = str(key).partition("/")
@@ -82,11 +77,3 @@ def apply(marks: dict[tuple[int, int], int], queues: Iterable[QueueRuntime]) -> 
         for partition in range(queue.partitions):
             mark = marks.get((queue.queue_id, partition), 0)
             queue.maybe_delivered[partition] = max(queue.maybe_delivered[partition], mark)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
