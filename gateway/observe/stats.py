@@ -118,12 +118,10 @@ async def _count_at_broker(queue: QueueRuntime, counts: dict[int, QueueCounts]) 
     except StoreError:  # its broker group is away: what this gateway knew
         counts[queue.queue_id] = QueueCounts(queue.ready_count, queue_unacked(queue))
         return
-    held = [held_out(p) for p in stats.partitions]
     # Unreported partitions: the broker counts them all ready (nothing known out there).
-    unacked = sum(h for h in held if h is not None) if any(h is not None for h in held) else None
-    counts[queue.queue_id] = QueueCounts(
-        stats.ready, queue_unacked(queue) if unacked is None else unacked
-    )
+    reported = [h for h in map(held_out, stats.partitions) if h is not None]
+    unacked = sum(reported) if reported else queue_unacked(queue)
+    counts[queue.queue_id] = QueueCounts(stats.ready, unacked)
 
 
 def held_out(partition: PartitionStats) -> int | None:
