@@ -63,9 +63,16 @@ class ConnectionPort(Protocol):
     @property
     def client_properties(self) -> Mapping[str, Any]: ...
 
-    # Written by the controls, read by Consumer.has_credit on every delivery.
+    @property
+    def vhost_name(self) -> str:
+        """The vhost it opened ("" before connection.open)."""
+        ...
+
+    # Written by the controls: ``stopped`` and ``limits`` are read by Consumer.has_credit on
+    # every delivery, ``publish_limits`` by the session after each batch of publishes.
     stopped: bool
     limits: Limits | None
+    publish_limits: Limits | None
 
 
 class ReplyChannel(Protocol):
@@ -100,8 +107,6 @@ class ControlledNode(Protocol):
     def all_queues(self) -> Sequence[QueueRuntime]:
         """Every queue this gateway has attached."""
         ...
-
-    def gateway_count(self) -> int: ...
 
 
 class ClusterNode(Protocol):

@@ -66,7 +66,9 @@ async def serve(
     tls = TLSSetup.from_settings(settings)  # a TLS setting that cannot work stops us here
     async with _backends(settings) as (store, meta):
         node = Node(settings, store, meta)
-        link = ClusterLink(node, meta) if isinstance(meta, RedisMetadataStore) else None
+        link = (
+            ClusterLink(node, meta, node.controls) if isinstance(meta, RedisMetadataStore) else None
+        )
         node.cluster = link
         if link is not None:
             node.remote_backlog = RemoteBacklog(node.store)

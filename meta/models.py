@@ -96,9 +96,16 @@ class Policy(_Model):
         return self.apply_to in ("queues", "all") and re.search(self.pattern, name) is not None
 
 
-ControlScope = Literal["global", "node", "client", "connection", "queue"]
+ControlScope = Literal["global", "node", "vhost", "client", "connection", "queue"]
 # Widest first: for stop/start the narrowest control that applies wins.
-CONTROL_SCOPES: tuple[ControlScope, ...] = ("global", "node", "client", "connection", "queue")
+CONTROL_SCOPES: tuple[ControlScope, ...] = (
+    "global",
+    "node",
+    "vhost",
+    "client",
+    "connection",
+    "queue",
+)
 ControlState = Literal["stopped", "running"]
 
 
@@ -106,9 +113,11 @@ class ConsumptionControl(_Model):
     """An operator's stop/start and rate limit for a scope of consumers.
 
     ``name`` is the node name, the client's connection_name or source address, the
-    connection's management name, or the queue's name ("" for global); ``vhost`` is set for
-    the queue scope only. ``state`` None leaves stop/start to wider scopes; a rate of None
-    is no limit. A rate at the global scope is the total over every gateway.
+    connection's management name, or the queue's name ("" for global and vhost); ``vhost``
+    is set for the vhost and queue scopes only. ``state`` None leaves stop/start to wider
+    scopes; a rate of None is no limit. ``publish_rate_*`` slow the publishers in scope
+    (back-pressure, nothing refused). A rate at the global, vhost, client and queue scopes
+    is the total over every gateway.
     """
 
     scope: ControlScope
@@ -117,6 +126,8 @@ class ConsumptionControl(_Model):
     state: ControlState | None = None
     rate_msgs: float | None = Field(None, gt=0)
     rate_bytes: float | None = Field(None, gt=0)
+    publish_rate_msgs: float | None = Field(None, gt=0)
+    publish_rate_bytes: float | None = Field(None, gt=0)
     set_by: str = ""
     set_at: str = ""  # ISO 8601, UTC
 
@@ -126,7 +137,8 @@ class ConsumptionControl(_Model):
 
     @property
     def is_empty(self) -> bool:
-        return self.state is None and self.rate_msgs is None and self.rate_bytes is None
+        rates = (self.rate_msgs, self.rate_bytes, self.publish_rate_msgs, self.publish_rate_bytes)
+        return self.state is None and all(rate is None for rate in rates)
 
 
 class _WithArguments(_Model):

@@ -41,6 +41,8 @@ class RedisKeys:
         self.gateways = prefix + "gateways"  # set: registered gateway ids (leased or lapsed)
         self.brokers = prefix + "brokers"  # hash: ["group","id"] -> BrokerInfo
         self.placement_load = prefix + "placement-load"  # hash: group -> partitions placed
+        # hash: gateway -> "<Redis ms> <report>" (meta/throttle_shares.py)
+        self.throttle_demand = prefix + "throttle-demand"
 
     def vhost_part(self, vhost: str) -> str:
         return f"{self.prefix}v:{quote(vhost, safe='')}:"

@@ -1,11 +1,13 @@
-"""`mqgw ctl stop|start|throttle|clear SCOPE`, `mqgw ctl list [--json]`: consumption controls
-over the admin API (PUT/DELETE /api/controls/...). `list` prints a table; ``--json`` the API's
-list. Where the admin API is and who calls it: mqgw_cli/admin_target.py (``--admin``, ``--dir``,
-``MQGW_ADMIN_*``, ``--config``, a credentials file).
+"""`mqgw ctl stop|start|throttle|throttle-publish|clear SCOPE`, `mqgw ctl list [--json]`:
+consumption and publish controls over the admin API (PUT/DELETE /api/controls/...). `list`
+prints a table; ``--json`` the API's list. Where the admin API is and who calls it:
+mqgw_cli/admin_target.py (``--admin``, ``--dir``, ``MQGW_ADMIN_*``, ``--config``, a credentials
+file).
 
-SCOPE is ``global``, ``node:NAME``, ``client:NAME`` (a connection_name or a source address),
-``connection:NAME`` (``'127.0.0.1:51234 -> 127.0.0.1:5672'``) or ``queue:NAME`` (with
-``--vhost``, default ``/``).
+SCOPE is ``global``, ``node:NAME``, ``vhost:NAME``, ``client:NAME`` (a connection_name or a
+source address), ``connection:NAME`` (``'127.0.0.1:51234 -> 127.0.0.1:5672'``) or
+``queue:NAME`` (with ``--vhost``, default ``/``). ``throttle-publish SCOPE --rate N
+[--bytes B]`` slows the publishers in SCOPE (not at the queue scope).
 
 `mqgw ctl trace on|off [VHOST]` switches a vhost's firehose (RabbitMQ's ``rabbitmqctl
 trace_on -p VHOST``) through PUT /api/vhosts/{name}, keeping its description and tags.
@@ -29,7 +31,7 @@ from mqgw_cli.admin_target import (
 )
 from mqgw_cli.switchover_command import add_switchover_command
 
-SCOPE_FORMS = "global | node:N | client:N | connection:N | queue:N"
+SCOPE_FORMS = "global | node:N | vhost:N | client:N | connection:N | queue:N"
 _SEGMENTS = {"node": "nodes", "client": "clients", "connection": "connections"}
 
 
@@ -40,13 +42,17 @@ def scope_path(scope: str, vhost: str) -> str:
     kind, sep, name = scope.partition(":")
     if not sep or not name:
         raise ValueError(
-            f"bad scope {scope!r}: use global, node:N, client:N, connection:N, queue:N"
+            f"bad scope {scope!r}: use global, node:N, vhost:N, client:N, connection:N, queue:N"
         )
     quoted = urllib.parse.quote(name, safe="")
+    if kind == "vhost":
+        return f"/api/controls/vhosts/{quoted}"
     if kind == "queue":
         return f"/api/controls/queues/{urllib.parse.quote(vhost, safe='')}/{quoted}"
     if kind not in _SEGMENTS:
-        raise ValueError(f"unknown scope kind {kind!r}: use node, client, connection or queue")
+        raise ValueError(
+            f"unknown scope kind {kind!r}: use node, vhost, client, connection or queue"
+        )
     return f"/api/controls/{_SEGMENTS[kind]}/{quoted}"
 
 
@@ -66,6 +72,14 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
     if args.action == "start":
         return {"state": "running"}
     body: dict[str, Any] = {}
+    if args.action == "throttle-publish":
+        if args.rate is not _NOT_GIVEN:
+            body["publish_rate_msgs"] = args.rate
+        if args.bytes is not _NOT_GIVEN:
+            body["publish_rate_bytes"] = args.bytes
+        if not body:
+            raise ValueError("throttle-publish needs --rate N and/or --bytes N ('none' lifts one)")
+        return body
     if args.rate is not _NOT_GIVEN:
         body["rate_msgs"] = args.rate
     if args.rate_bytes is not _NOT_GIVEN:
@@ -127,7 +141,17 @@ def _number(value: Any) -> str:
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-CONTROL_COLUMNS = ("SCOPE", "VHOST", "STATE", "MSGS/S", "BYTES/S", "SET BY", "SET AT")
+CONTROL_COLUMNS = (
+    "SCOPE",
+    "VHOST",
+    "STATE",
+    "MSGS/S",
+    "BYTES/S",
+    "PUB MSGS/S",
+    "PUB BYTES/S",
+    "SET BY",
+    "SET AT",
+)
 
 
 def control_rows(controls: list[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -138,6 +162,8 @@ def control_rows(controls: list[dict[str, Any]]) -> list[tuple[str, ...]]:
             c.get("state") or "-",
             _number(c.get("rate_msgs")),
             _number(c.get("rate_bytes")),
+            _number(c.get("publish_rate_msgs")),
+            _number(c.get("publish_rate_bytes")),
             c.get("set_by") or "-",
             c.get("set_at") or "-",
         )
@@ -189,6 +215,8 @@ def add_ctl_commands(commands: Any) -> None:
         "stop": "no new deliveries to the consumers in SCOPE (unacked ones stay theirs)",
         "start": "deliveries resume (overrides a stop of a wider scope)",
         "throttle": "limit deliveries in SCOPE to --rate msgs/s and/or --rate-bytes bytes/s",
+        "throttle-publish": "slow the publishers in SCOPE to --rate msgs/s and/or --bytes"
+        " bytes/s (back-pressure: nothing refused)",
         "clear": "remove SCOPE's control (wider scopes decide again)",
     }
     for action, text in helps.items():
@@ -200,6 +228,9 @@ def add_ctl_commands(commands: Any) -> None:
             sub.add_argument(
                 "--rate-bytes", type=_rate, default=_NOT_GIVEN, help="bytes/s, or none"
             )
+        if action == "throttle-publish":
+            sub.add_argument("--rate", type=_rate, default=_NOT_GIVEN, help="msgs/s, or none")
+            sub.add_argument("--bytes", type=_rate, default=_NOT_GIVEN, help="bytes/s, or none")
         add_admin_options(sub)
         sub.set_defaults(func=run_ctl)
     listing = actions.add_parser("list", help="every control in force, as a table")

@@ -32,6 +32,7 @@ from gateway.admin import (
 )
 from gateway.admin.json_bodies import JsonBodies
 from gateway.admin.paths import KeepEncodedSlashes
+from meta.errors import MetadataUnavailable
 from storage import BrokerUnavailable
 
 if TYPE_CHECKING:
@@ -90,6 +91,11 @@ def create_app(node: Node) -> FastAPI:
     @app.exception_handler(BrokerUnavailable)
     async def broker_away(_request: Request, exc: BrokerUnavailable) -> JSONResponse:
         # A queue whose broker group is down (cluster): the figures it needs cannot be read.
+        return JSONResponse(error_body(503, str(exc)), status_code=503)
+
+    @app.exception_handler(MetadataUnavailable)
+    async def meta_away(_request: Request, exc: MetadataUnavailable) -> JSONResponse:
+        # Redis away (cluster): what needs it cannot be read or changed now; the rest works.
         return JSONResponse(error_body(503, str(exc)), status_code=503)
 
     @app.get("/api/health", summary="Liveness: the node is up and serving AMQP (no login)")

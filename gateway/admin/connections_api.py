@@ -53,7 +53,7 @@ def connection_json(node: Node, session: Session) -> dict[str, Any]:
         "port": port,
         "protocol": "AMQP 0-9-1",
         "channels": len(session.channels),
-        "state": "blocked" if node.alarms.blocked and session.published else "running",
+        "state": _connection_state(node, session),
         "client_properties": json_value(session.conn.client_properties),
         "auth_mechanism": session.conn.mechanism,
         "frame_max": session.conn.frame_max,
@@ -62,6 +62,14 @@ def connection_json(node: Node, session: Session) -> dict[str, Any]:
         "type": "network",
         "mqgw": {"control": node.controls.effective_for_session(session)},
     }
+
+
+def _connection_state(node: Node, session: Session) -> str:
+    """RabbitMQ's: "blocked" by a resource alarm, "flow" while back-pressure holds its
+    publishes (publish limits, queues far behind), else "running"."""
+    if node.alarms.blocked and session.published:
+        return "blocked"
+    return "flow" if session.flow_holds else "running"
 
 
 def channel_json(node: Node, channel: ChannelState) -> dict[str, Any]:

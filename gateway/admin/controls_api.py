@@ -1,10 +1,12 @@
 """Consumption controls over HTTP: stop, start and throttle deliveries by scope.
 
 ``PUT /api/controls/{scope path}`` with ``{"state": "stopped"|"running", "rate_msgs": N|null,
-"rate_bytes": N|null}`` merges into the scope's control (a field left out keeps its value,
-null clears it); ``DELETE`` removes the control; ``GET /api/controls`` lists them all.
-Scope paths: ``global``, ``nodes/{node}``, ``clients/{connection_name or address}``,
-``connections/{connection name}``, ``queues/{vhost}/{queue}``. Reading needs ``monitoring``,
+"rate_bytes": N|null, "publish_rate_msgs": N|null, "publish_rate_bytes": N|null}`` merges
+into the scope's control (a field left out keeps its value, null clears it); ``DELETE``
+removes the control; ``GET /api/controls`` lists them all. Scope paths: ``global``,
+``nodes/{node}``, ``vhosts/{vhost}``, ``clients/{connection_name or address}``,
+``connections/{connection name}``, ``queues/{vhost}/{queue}``. Publish rates do not apply
+at the queue scope (a publish is throttled before it is routed). Reading needs ``monitoring``,
 changing ``administrator``.
 """
 
@@ -17,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.admin.auth import ADMINISTRATOR, MONITORING, requires
 from gateway.admin.paths import SlashRoute
-from gateway.controls import Key, key_of
+from gateway.controls import Controls, Key, key_of
 from meta.models import ConsumptionControl, ControlScope, User
 
 if TYPE_CHECKING:
@@ -32,10 +34,18 @@ class ControlBody(BaseModel):
     state: Literal["stopped", "running"] | None = None
     rate_msgs: Rate | None = None
     rate_bytes: Rate | None = None
+    publish_rate_msgs: Rate | None = None
+    publish_rate_bytes: Rate | None = None
 
 
-def control_json(control: ConsumptionControl) -> dict[str, Any]:
-    return control.model_dump()
+def control_json(control: ConsumptionControl, controls: Controls) -> dict[str, Any]:
+    """The control as stored; in a cluster, a rate that totals over the gateways also shows
+    this gateway's share of it now (``this_gateway``)."""
+    found = control.model_dump()
+    here = controls.this_gateway(control.key)
+    if here is not None:
+        found["this_gateway"] = here
+    return found
 
 
 def routes(node: Node) -> APIRouter:
@@ -53,6 +63,8 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(404, f"no open connection '{name}'")
         if scope == "client" and not name:
             raise HTTPException(404, "no client given")
+        if scope == "vhost" and vhost not in node.vhosts:
+            raise HTTPException(404, f"no vhost '{vhost}'")
         if scope == "queue":
             if vhost not in node.vhosts:
                 raise HTTPException(404, f"no vhost '{vhost}'")
@@ -63,11 +75,18 @@ def routes(node: Node) -> APIRouter:
     async def put(key: Key, body: ControlBody, user: User) -> Response | dict[str, Any]:
         changes = body.model_dump(include=body.model_fields_set)
         if not changes:
-            raise HTTPException(400, "give at least one of state, rate_msgs, rate_bytes")
+            raise HTTPException(
+                400,
+                "give at least one of state, rate_msgs, rate_bytes, publish_rate_msgs,"
+                " publish_rate_bytes",
+            )
+        if key[0] == "queue" and {"publish_rate_msgs", "publish_rate_bytes"} & set(changes):
+            raise HTTPException(400, "publish rates apply to global, node, vhost, client and"
+                                " connection scopes, not to a queue")  # fmt: skip
         control = await controls.update(checked(key), changes, user.name)
         if control.is_empty:
             return Response(status_code=204)
-        return control_json(control)
+        return control_json(control, controls)
 
     async def delete(key: Key) -> Response:
         if not await controls.clear(key):
@@ -78,11 +97,11 @@ def routes(node: Node) -> APIRouter:
         control = controls.get(key)
         if control is None:
             raise HTTPException(404, "no control at this scope")
-        return control_json(control)
+        return control_json(control, controls)
 
     @router.get("/api/controls", summary="Every consumption control in force")
     async def list_controls(_user: User = monitoring) -> list[dict[str, Any]]:
-        return [control_json(c) for c in controls.all()]
+        return [control_json(c, controls) for c in controls.all()]
 
     # One GET/PUT/DELETE triple per scope; the path says which.
     @router.get("/api/controls/global", summary="The global control")
@@ -133,6 +152,24 @@ def routes(node: Node) -> APIRouter:
         "every connection with this connection_name or source address, now and later",
     )
     add_named_scope("connections", "connection", "one open connection ('127.0.0.1:51234 -> …')")
+
+    @router.get("/api/controls/vhosts/{vhost}", summary="A vhost's control")
+    async def get_vhost(vhost: str, _user: User = monitoring) -> dict[str, Any]:
+        return get(key_of("vhost", vhost))
+
+    @router.put(
+        "/api/controls/vhosts/{vhost}",
+        response_model=None,
+        summary="Stop, start or throttle the connections of a vhost",
+    )
+    async def put_vhost(
+        vhost: str, body: Annotated[ControlBody, Body()], user: User = administrator
+    ) -> Response | dict[str, Any]:
+        return await put(key_of("vhost", vhost), body, user)
+
+    @router.delete("/api/controls/vhosts/{vhost}", status_code=204, summary="Clear it")
+    async def delete_vhost(vhost: str, _user: User = administrator) -> Response:
+        return await delete(key_of("vhost", vhost))
 
     @router.get("/api/controls/queues/{vhost}/{name}", summary="A queue's control")
     async def get_queue(vhost: str, name: str, _user: User = monitoring) -> dict[str, Any]:

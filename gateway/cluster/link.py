@@ -53,10 +53,13 @@ import anyio
 
 from gateway.cluster.groups import BrokerGroups, find_start_groups, open_group
 from gateway.cluster.placement import QueuePlacement
+from gateway.cluster.shares import ThrottleShares
+from gateway.controls import Controls
 from meta.change_feed import Change, Reload
 from meta.cluster import HandedNote
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
+from meta.throttle_shares import ThrottleDemand
 from storage import BrokerUnavailable, ReadStatus, StoreError
 from storage.errors import StaleFence
 from storage.port import StorePort
@@ -129,10 +132,11 @@ async def open_cluster_backends(
 class ClusterLink:
     """The cluster tasks of one gateway (see the module doc)."""
 
-    def __init__(self, node: ClusterNode, meta: RedisMetadataStore) -> None:
+    def __init__(self, node: ClusterNode, meta: RedisMetadataStore, controls: Controls) -> None:
         self.node = node
         self.meta = meta
         self.gateway_id = node.name
+        self.shares = ThrottleShares(controls, ThrottleDemand(meta), self.gateway_id)
         self.held: dict[tuple[int, int], int] = {}  # (queue id, partition) -> fencing token
         # Several broker groups: the cache of the route table that the routed store reads.
         placement = node.store.placement if isinstance(node.store, RoutedStore) else None
@@ -172,6 +176,7 @@ class ClusterLink:
                 tg.start_soon(self._follow, position)
                 tg.start_soon(self._deliver_leases)
                 tg.start_soon(self._serve_hand_overs)
+                tg.start_soon(self.shares.run)
         finally:
             with anyio.move_on_after(RELEASE_AT_STOP_S, shield=True):
                 await self._give_all_up()

@@ -122,10 +122,6 @@ class Node:
     def clustered(self) -> bool:
         return self.cluster is not None
 
-    def gateway_count(self) -> int:
-        """Gateways sharing cluster-wide rate limits (an embedded node is alone)."""
-        return 1
-
     def next_connection_number(self) -> int:
         return next(self._numbers)
 

@@ -55,3 +55,6 @@ class QueueConsumer(Protocol):
 
     def has_credit(self) -> bool:
         """Whether it may take one more message now (prefetch, flow, controls)."""
+
+    def has_credit_but_rate(self) -> bool:
+        """``has_credit`` but for its connection's rate limits: whether only they hold it."""

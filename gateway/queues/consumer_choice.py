@@ -74,7 +74,9 @@ class ConsumerChoice:
         wake_at: float | None = None
         for consumer in self.consumers:
             limits = consumer.sink.limits
-            if limits is not None and not limits.ready():
+            # A token that came since has_credit looked makes next_at "now": the queue is
+            # served again at once instead of waiting for a credit that never comes.
+            if limits is not None and consumer.has_credit_but_rate():
                 at = limits.next_at()
                 wake_at = at if wake_at is None else min(wake_at, at)
         return wake_at

@@ -1,21 +1,43 @@
-"""Token buckets for consumption rate limits (gateway/controls.py sets them per scope).
-Time is passed in, so tests need no sleeping."""
+"""Token buckets for consumption and publish rate limits (gateway/controls.py sets them per
+scope). Time is passed in, so tests need no sleeping.
+
+In a cluster a bucket holds this gateway's share of a limit that totals over every gateway
+(gateway/cluster/shares.py re-divides it by demand): its rate changes while it is in use,
+may be 0 (no share now), and it counts what it let through (``spent``) and whether anything
+was held back for want of a token (``short``) for that re-division."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+
+# A bucket with no share looks again this often (its share may come at any re-division).
+NO_SHARE_RETRY_S = 0.05
 
 
 class TokenBucket:
+    __slots__ = ("_fixed_burst", "_last", "burst", "rate_per_s", "short", "spent", "tokens")
+
     def __init__(self, rate_per_s: float, now: float, burst: float | None = None) -> None:
-        if rate_per_s <= 0:
-            raise ValueError("rate must be positive")
+        if rate_per_s < 0:
+            raise ValueError("rate must not be negative")
         self.rate_per_s = rate_per_s
+        self._fixed_burst = burst
         # A tenth of a second of burst: smooth enough to hold the rate within a few percent
         # over seconds, coarse enough not to need a wake-up per message.
         self.burst = burst if burst is not None else max(1.0, rate_per_s / 10)
-        self.tokens = self.burst
+        self.tokens = self.burst if rate_per_s > 0 else 0.0
         self._last = now
+        self.spent = 0.0  # tokens taken since the bucket was made
+        self.short = False  # found without a whole token (set here, cleared by the reader)
+
+    def set_rate(self, rate_per_s: float, now: float) -> None:
+        """A new share: what was earned so far at the old rate stays, within the new burst."""
+        self._refill(now)
+        self.rate_per_s = max(0.0, rate_per_s)
+        if self._fixed_burst is None:
+            self.burst = max(1.0, self.rate_per_s / 10) if self.rate_per_s > 0 else 0.0
+        self.tokens = min(self.tokens, self.burst)
 
     def _refill(self, now: float) -> None:
         if now > self._last:
@@ -25,17 +47,24 @@ class TokenBucket:
     def available(self, now: float) -> int:
         """Whole messages that may go now."""
         self._refill(now)
+        if self.tokens < 1:
+            self.short = True
         return int(self.tokens)
 
     def take(self, count: int, now: float) -> None:
         self._refill(now)
         self.tokens -= count
+        self.spent += count
 
     def next_token_at(self, now: float) -> float:
         """When the next whole token will be there."""
         self._refill(now)
         missing = 1.0 - self.tokens
-        return now if missing <= 0 else now + missing / self.rate_per_s
+        if missing <= 0:
+            return now
+        if self.rate_per_s <= 0:
+            return now + NO_SHARE_RETRY_S
+        return now + missing / self.rate_per_s
 
 
 class Limits:
@@ -74,3 +103,31 @@ class Limits:
         """When every bucket will hold a token again."""
         now = self.clock()
         return max(b.next_token_at(now) for b in self.msg_buckets + self.byte_buckets)
+
+    def take_publishes(self, count: int, body_bytes: int) -> None:
+        """A batch of publishes read from one connection (publish limits)."""
+        now = self.clock()
+        for bucket in self.msg_buckets:
+            bucket.take(count, now)
+        for bucket in self.byte_buckets:
+            bucket.take(body_bytes, now)
+
+
+@dataclass(slots=True)
+class ControlBuckets:
+    """The buckets of one control (gateway/controls.py): deliveries and publishes, each in
+    messages and bytes; None where the control sets no such rate."""
+
+    msgs: TokenBucket | None = None
+    bytes: TokenBucket | None = None
+    publish_msgs: TokenBucket | None = None
+    publish_bytes: TokenBucket | None = None
+
+    def by_field(self) -> dict[str, TokenBucket | None]:
+        """The buckets by the control's rate field (``RATE_FIELDS``)."""
+        buckets = (self.msgs, self.bytes, self.publish_msgs, self.publish_bytes)
+        return dict(zip(RATE_FIELDS, buckets, strict=True))
+
+
+# The control's field of each kind of bucket, in ControlBuckets' order.
+RATE_FIELDS = ("rate_msgs", "rate_bytes", "publish_rate_msgs", "publish_rate_bytes")

@@ -79,9 +79,9 @@ class SingleActiveChoice(ConsumerChoice):
         """Only the active consumer's rate limit can make the queue deliver again."""
         active = self._active
         limits = None if active is None else active.sink.limits
-        if limits is None or limits.ready():
+        if limits is None or active is None or not active.has_credit_but_rate():
             return None
-        return limits.next_at()
+        return limits.next_at()  # "now" if a token came since has_credit looked
 
 
 def _priority(consumer: Consumer) -> int:

@@ -37,15 +37,20 @@ class Consumer:
         self.sink = self.channel.session
 
     def has_credit(self) -> bool:
+        # Rate limits last: a bucket found empty here marks real demand (cluster shares
+        # follow it).
+        if not self.has_credit_but_rate():
+            return False
+        limits = self.channel.session.limits
+        return limits is None or limits.ready()
+
+    def has_credit_but_rate(self) -> bool:
         channel = self.channel
         session = channel.session
         if not channel.flow_active or not session.writable or channel.closing:
             return False
-        # An operator's stop of the connection (unless the queue's own control says run) and
-        # the connection's rate limits (gateway/controls.py).
+        # An operator's stop of the connection (unless the queue's own control says run).
         if session.stopped and not self.queue.control_running:
-            return False
-        if session.limits is not None and not session.limits.ready():
             return False
         if self.no_ack:
             return True

@@ -108,7 +108,7 @@ async def _read_loop(session: Session, stream: ByteStream) -> None:
     while not conn.closed and not session.closing:
         await session.wait_until_may_read()
         try:
-            data = await stream.receive(READ_SIZE)
+            data = await stream.receive(session.read_size(READ_SIZE))
         except (anyio.EndOfStream, anyio.BrokenResourceError):
             session.close_reason = session.close_reason or _gone(
                 session, "client closed the socket"

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mqgw.connection")
 
 FLOW_WAIT_MAX_S = 1.0
+THROTTLED_READ_SIZE = 4 << 10  # a read's size while publish limits apply
 HIGH_WATER_BYTES = 4 << 20  # stop delivering to a connection whose output is this far behind
 LOW_WATER_BYTES = 1 << 20
 
@@ -87,6 +88,8 @@ class Session:
         # Consumption controls (gateway/controls.py): read by Consumer.has_credit.
         self.stopped = False
         self.limits: Limits | None = None
+        self.publish_limits: Limits | None = None  # publish throttles (gateway/controls.py)
+        self.flow_holds = 0  # publishing paused now by back-pressure (state "flow")
         # Permissions (gateway/sessions/access.py), set when the vhost opens.
         self.grants: Grants = NO_GRANTS
         self.vhost_opened = anyio.Event()  # the handshake is over (handshake_timeout)
@@ -103,6 +106,10 @@ class Session:
     def client_properties(self) -> Mapping[str, Any]:
         """What the client said of itself in connection.start-ok (empty before)."""
         return self.conn.client_properties
+
+    @property
+    def vhost_name(self) -> str:
+        return self.vhost.name if self.vhost is not None else ""
 
     def mark_dirty(self) -> None:
         self.dirty.set()
@@ -408,6 +415,8 @@ class Session:
             if end_offset and self._transient_only(records):
                 end_offset = 0  # nothing to make durable: confirmed once stored, as RabbitMQ
             await self._confirm_send.send((confirms, end_offset, ok))
+        if self.publish_limits is not None:
+            await self._hold_for_publish_rate(batch)
         for queue in woken:
             if queue.congested():
                 self.node.stats.flow_holds_local += 1
@@ -444,12 +453,37 @@ class Session:
             return False
         return not any(record.flags & PERSISTENT for record in records)
 
+    async def _hold_for_publish_rate(self, batch: list[Publish]) -> None:
+        """Publish limits: the batch is paid for, and the connection is not read again until
+        every bucket in scope has a token (its TCP window closes, as with RabbitMQ's credit
+        flow: nothing refused or lost; its state is "flow" meanwhile)."""
+        limits = self.publish_limits
+        assert limits is not None
+        limits.take_publishes(len(batch), sum(len(p.body) for p in batch))
+        if limits.ready():
+            return
+        self.flow_holds += 1
+        try:
+            while not limits.ready() and limits is self.publish_limits:
+                await anyio.sleep(max(0.0, limits.next_at() - limits.clock()))
+        finally:
+            self.flow_holds -= 1
+
+    def read_size(self, default: int) -> int:
+        """Bytes to read at once: little while publish limits apply, so that one read cannot
+        hold many seconds' worth of a slow rate (the rate is paid after each read)."""
+        return default if self.publish_limits is None else THROTTLED_READ_SIZE
+
     async def _wait_for_consumers(self, queue: QueueRuntime) -> None:
         """Flow control: this connection is not read while a queue it publishes to is far
         behind its consumers (its TCP window closes, the publisher slows down), as RabbitMQ's
         credit flow does. Bounded, so a stuck queue cannot hold a publisher for good."""
-        with anyio.move_on_after(FLOW_WAIT_MAX_S):
-            await queue.caught_up_signal().wait()
+        self.flow_holds += 1
+        try:
+            with anyio.move_on_after(FLOW_WAIT_MAX_S):
+                await queue.caught_up_signal().wait()
+        finally:
+            self.flow_holds -= 1
 
     def _send_return(self, channel: ChannelState, publish: Publish) -> None:
         self.node.stats.return_unroutable += 1

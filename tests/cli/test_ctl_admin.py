@@ -139,11 +139,11 @@ def test_ctl_list_prints_a_table_and_json_for_scripts(
         table = mqgw("ctl", "list", env=env)
         assert table.returncode == 0, table.stderr
         header, *rows = table.stdout.splitlines()
-        assert header.split() == ["SCOPE", "VHOST", "STATE", "MSGS/S", "BYTES/S", "SET", "BY",
-                                  "SET", "AT"]  # fmt: skip
-        assert [row.split()[:6] for row in rows] == [
-            ["client:billing", "-", "-", "250", "-", "ops"],
-            ["global", "-", "stopped", "-", "-", "ops"],
+        assert header.split() == ["SCOPE", "VHOST", "STATE", "MSGS/S", "BYTES/S", "PUB",
+                                  "MSGS/S", "PUB", "BYTES/S", "SET", "BY", "SET", "AT"]  # fmt: skip
+        assert [row.split()[:8] for row in rows] == [
+            ["client:billing", "-", "-", "250", "-", "-", "-", "ops"],
+            ["global", "-", "stopped", "-", "-", "-", "-", "ops"],
         ]
         listed = mqgw("ctl", "list", "--json", env=env)
         assert listed.returncode == 0, listed.stderr

@@ -25,18 +25,20 @@ def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-class _FakeMeta:
+class _FakeUsers:
+    """The node's users (gateway/node/users.py) as the admin API asks them."""
+
     def __init__(self, *users: User) -> None:
         self.users = {u.name: u for u in users}
 
-    async def authenticate(self, name: str, password: str) -> User | None:
+    async def authenticate(self, name: str, password: bytes) -> User | None:
         user = self.users.get(name)
-        return user if user is not None and password == "right" else None
+        return user if user is not None and password == b"right" else None
 
 
 def _node(*users: User) -> SimpleNamespace:
     return SimpleNamespace(
-        meta=_FakeMeta(*users), settings=SimpleNamespace(loopback_users=["guest"])
+        users=_FakeUsers(*users), settings=SimpleNamespace(loopback_users=["guest"])
     )
 
 
