@@ -68,6 +68,9 @@ class RedisKeys:
     def route(self, vhost: str, queue: str) -> str:  # string: JSON list of groups
         return self.vhost_part(vhost) + "route:" + queue
 
+    def consumer_claims(self, vhost: str, queue: str) -> str:  # hash: gateway -> "<ms> x|c"
+        return self.vhost_part(vhost) + "consumers:" + queue
+
     def owner(self, connection_id: str) -> str:  # set: ["vhost","queue"] it owns exclusively
         return self.prefix + "owner:" + connection_id
 
@@ -92,6 +95,15 @@ class RedisKeys:
 
     def hand_over_answer(self, request_id: str) -> str:  # list: the one answer to a request
         return self.prefix + "handover-answer:" + request_id
+
+    def view(self, gateway_id: str) -> str:  # string with a TTL: its objects (JSON)
+        return self.prefix + "view:" + gateway_id
+
+    def view_requests(self, gateway_id: str) -> str:  # list: actions asked of that gateway
+        return self.prefix + "view-requests:" + gateway_id
+
+    def view_answer(self, request_id: str) -> str:  # list: the one answer to a view request
+        return self.prefix + "view-answer:" + request_id
 
     def broker_lease(self, group: str, broker_id: str) -> str:  # string with a TTL
         return f"{self.prefix}broker:{quote(group, safe='')}:{broker_id}"

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.admin import (
     access_api,
+    cluster_views,
     connections_api,
     controls_api,
     dashboard,
@@ -63,6 +64,15 @@ def _describe(errors: list[Any]) -> str:
         where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
         parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else error.get("msg", ""))
     return "; ".join(parts) or "invalid request"
+
+
+def view_snapshot(node: Node) -> dict[str, Any]:
+    """This gateway's objects and figures, as the other gateways of a cluster show them."""
+    return {
+        **connections_api.local_objects(node),
+        "node": overview_api.node_json(node),
+        "message_stats": node.stats.message_stats(),
+    }
 
 
 def create_app(node: Node) -> FastAPI:
@@ -116,4 +126,6 @@ def create_app(node: Node) -> FastAPI:
         app.include_router(module.routes(node))
     app.include_router(offsets_api.routes(node))  # POST /api/queues/{vhost}/{name}/reset
     app.include_router(dashboard.routes())  # `/` and /dashboard/*: the web page (no data)
+    # Cluster: what the other gateways' views show of this one (gateway/cluster/views.py).
+    cluster_views.attach(node, lambda: view_snapshot(node))
     return app

@@ -1,7 +1,9 @@
 """Open AMQP connections (GET /api/connections, RabbitMQ's names for the fields it has), each
 with the consumption control in force for it; closing one (DELETE, 320 CONNECTION_FORCED with
 the ``X-Reason`` header's text, as RabbitMQ); channels (/api/channels) and consumers
-(/api/consumers), in RabbitMQ 3.10's management shapes."""
+(/api/consumers), in RabbitMQ 3.10's management shapes. In a cluster every list has every
+live gateway's objects, each naming its gateway in ``node`` (gateway/admin/cluster_views.py),
+and a connection closes whichever gateway holds it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response
 
-from gateway.admin import pagination
+from gateway.admin import cluster_views, pagination
 from gateway.admin.auth import MANAGEMENT, reads_everything, requires
 from gateway.admin.paths import SlashRoute
 from gateway.amqp.errors import ConnectionForced
@@ -144,6 +146,23 @@ def _consumers(node: Node, user: User, vhost: str | None) -> list[dict[str, Any]
     ]
 
 
+def local_objects(node: Node) -> dict[str, list[dict[str, Any]]]:
+    """This gateway's connections, channels and consumers, as the other gateways of a
+    cluster show them (gateway/admin/cluster_views.py)."""
+    sessions = [s for s in list(node.sessions) if s.opened]
+    channels = [c for s in sessions for c in list(s.channels.values())]
+    return {
+        "connections": [connection_json(node, s) for s in sessions],
+        "channels": [channel_json(node, c) for c in channels],
+        "consumers": [
+            consumer_json(node, consumer)
+            for channel in channels
+            if channel.session.vhost is not None
+            for consumer in list(channel.consumers.values())
+        ],
+    }
+
+
 def _visible_sessions(node: Node, user: User) -> list[Session]:
     """Open connections: monitoring and administrators see all, others their own."""
     everything = reads_everything(user)
@@ -154,20 +173,29 @@ def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
 
-    def session_or_404(name: str, user: User) -> Session:
+    def session_here(name: str, user: User) -> Session | None:
         for session in _visible_sessions(node, user):
             if session.name == name and not session.closing:
                 return session
-        raise HTTPException(404, f"no connection '{name}'")
+        return None
+
+    async def connection_or_404(name: str, user: User) -> dict[str, Any]:
+        session = session_here(name, user)  # else another gateway's (cluster)
+        found = connection_json(node, session) if session is not None else None
+        found = found or await cluster_views.remote_one(node, user, "connections", name)
+        if found is None:
+            raise HTTPException(404, f"no connection '{name}'")
+        return found
 
     @router.get("/api/connections", summary="Open connections (a management user: its own)")
     async def connections(request: Request, user: User = management) -> Any:
         rows = [connection_json(node, s) for s in _visible_sessions(node, user)]
+        rows += await cluster_views.remote(node, user, "connections")
         return pagination.apply(request, rows, ("name",))
 
     @router.get("/api/connections/{name}", summary="One connection")
     async def connection(request: Request, name: str, user: User = management) -> Any:
-        return pagination.one(request, connection_json(node, session_or_404(name, user)))
+        return pagination.one(request, await connection_or_404(name, user))
 
     @router.delete(
         "/api/connections/{name}",
@@ -179,16 +207,25 @@ def routes(node: Node) -> APIRouter:
         user: User = management,
         x_reason: Annotated[str | None, Header()] = None,
     ) -> Response:
-        session = session_or_404(name, user)
         # rabbit_mgmt_wm_connection: the reason text is the header's, or this default.
-        session.conn.close(ConnectionForced(x_reason or "Closed via management plugin"))
-        session.mark_dirty()
+        reason = x_reason or "Closed via management plugin"
+        session = session_here(name, user)
+        if session is not None:
+            session.conn.close(ConnectionForced(reason))
+            session.mark_dirty()
+        elif not await cluster_views.close_elsewhere(node, user, name, reason):
+            raise HTTPException(404, f"no connection '{name}'")
         return Response(status_code=204)
 
     @router.get("/api/connections/{name}/channels", summary="The channels of one connection")
     async def connection_channels(request: Request, name: str, user: User = management) -> Any:
-        session = session_or_404(name, user)
-        rows = [channel_json(node, c) for c in list(session.channels.values())]
+        session = session_here(name, user)
+        if session is not None:
+            rows = [channel_json(node, c) for c in list(session.channels.values())]
+        else:
+            await connection_or_404(name, user)  # another gateway's, or 404
+            found = await cluster_views.remote(node, user, "channels")
+            rows = [c for c in found if (c.get("connection_details") or {}).get("name") == name]
         return pagination.apply(request, rows, ("name",))
 
     @router.get("/api/channels", summary="Open channels (a management user: its own)")
@@ -198,6 +235,7 @@ def routes(node: Node) -> APIRouter:
             for s in _visible_sessions(node, user)
             for c in list(s.channels.values())
         ]
+        rows += await cluster_views.remote(node, user, "channels")
         return pagination.apply(request, rows, ("name",))
 
     @router.get("/api/channels/{name}", summary="One channel ('<connection> (<number>)')")
@@ -206,16 +244,22 @@ def routes(node: Node) -> APIRouter:
             for state in list(session.channels.values()):
                 if f"{session.name} ({state.number})" == name:
                     return pagination.one(request, channel_json(node, state))
-        raise HTTPException(404, f"no channel '{name}'")
+        found = await cluster_views.remote_one(node, user, "channels", name)
+        if found is None:
+            raise HTTPException(404, f"no channel '{name}'")
+        return pagination.one(request, found)
 
     @router.get("/api/consumers", summary="Every consumer (of the vhosts the user may see)")
     async def consumers(request: Request, user: User = management) -> Any:
-        return pagination.apply(request, _consumers(node, user, None), ("consumer_tag",))
+        rows = _consumers(node, user, None) + await cluster_views.remote_consumers(node, user, None)
+        return pagination.apply(request, rows, ("consumer_tag",))
 
     @router.get("/api/consumers/{vhost}", summary="The consumers of one vhost")
     async def vhost_consumers(request: Request, vhost: str, user: User = management) -> Any:
         if vhost not in node.vhosts:
             raise HTTPException(404, f"no vhost '{vhost}'")
-        return pagination.apply(request, _consumers(node, user, vhost), ("consumer_tag",))
+        rows = _consumers(node, user, vhost)
+        rows += await cluster_views.remote_consumers(node, user, vhost)
+        return pagination.apply(request, rows, ("consumer_tag",))
 
     return router

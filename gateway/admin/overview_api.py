@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 
-from gateway.admin import pagination
+from gateway.admin import cluster_views, pagination
 from gateway.admin.auth import MANAGEMENT, MONITORING, reads_everything, requires
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import may_see
@@ -124,6 +124,11 @@ def routes(node: Node) -> APIRouter:
         ]
         exchanges = sum([len(await node.meta.list_exchanges(v.name)) for v in vhosts])
         age, incr = _age_params(request)
+        # A cluster: the other gateways' objects and message rates too (cluster_views.py).
+        others = await cluster_views.elsewhere(node)
+        names = {v.name for v in vhosts}
+        remote_consumers = cluster_views.rows(others, "consumers")
+        remote_consumers = cluster_views.visible_consumers(node, user, remote_consumers, None)
         return {
             "management_version": RABBITMQ_API_VERSION,
             "rabbitmq_version": RABBITMQ_API_VERSION,
@@ -135,14 +140,19 @@ def routes(node: Node) -> APIRouter:
             "disable_stats": False,
             "statistics_db_event_queue": 0,
             "exchange_types": [{"name": t, "enabled": True} for t in sorted(EXCHANGE_TYPES)],
-            "message_stats": node.stats.message_stats(age, incr)
+            "message_stats": cluster_views.add_message_stats(
+                node.stats.message_stats(age, incr), others
+            )
             if everything
             else _vhost_message_stats(node, queues),
             "queue_totals": await _queue_totals(node, queues, everything),
             "object_totals": {
-                "connections": len(sessions),
-                "channels": sum(len(s.channels) for s in sessions),
-                "consumers": sum(len(q.consumers) for q in queues),
+                "connections": len(sessions)
+                + len(cluster_views.owned(user, cluster_views.rows(others, "connections"))),
+                "channels": sum(len(s.channels) for s in sessions)
+                + len(cluster_views.owned(user, cluster_views.rows(others, "channels"))),
+                "consumers": sum(len(q.consumers) for q in queues)
+                + sum(1 for c in remote_consumers if c["queue"]["vhost"] in names),
                 "exchanges": exchanges,
                 "queues": len(queues),
             },
@@ -153,18 +163,28 @@ def routes(node: Node) -> APIRouter:
             },
         }
 
-    @router.get("/api/nodes", summary="This gateway as RabbitMQ's node list (monitoring)")
+    @router.get("/api/nodes", summary="Every live gateway as RabbitMQ's node list (monitoring)")
     async def nodes(request: Request, _user: User = monitoring) -> Any:
-        return pagination.apply(request, [await _node_with_store(node)], ("name",))
+        rows = [await _node_with_store(node)] + await _other_nodes(node)
+        return pagination.apply(request, rows, ("name",))
 
     @router.get("/api/nodes/{name}", summary="One node (monitoring)")
     async def one_node(request: Request, name: str, _user: User = monitoring) -> Any:
-        if name != node.name:
-            raise HTTPException(404, f"no node '{name}'")
-        return pagination.one(request, await _node_with_store(node))
+        if name == node.name:
+            return pagination.one(request, await _node_with_store(node))
+        for row in await _other_nodes(node):
+            if row.get("name") == name:
+                return pagination.one(request, row)
+        raise HTTPException(404, f"no node '{name}'")
 
     return router
 
 
 async def _node_with_store(node: Node) -> dict[str, Any]:
     return {**node_json(node), "mqgw": {"store": await store_json(node)}}
+
+
+async def _other_nodes(node: Node) -> list[dict[str, Any]]:
+    """The other live gateways of a cluster, as they last published themselves."""
+    found = [s.get("node") for s in await cluster_views.elsewhere(node)]
+    return [row for row in found if isinstance(row, dict)]

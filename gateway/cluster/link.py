@@ -54,6 +54,7 @@ import anyio
 from gateway.cluster.groups import BrokerGroups, find_start_groups, open_group
 from gateway.cluster.placement import QueuePlacement
 from gateway.cluster.shares import ThrottleShares
+from gateway.cluster.views import ClusterViews
 from gateway.controls import Controls
 from meta.change_feed import Change, Reload
 from meta.cluster import HandedNote
@@ -137,6 +138,7 @@ class ClusterLink:
         self.meta = meta
         self.gateway_id = node.name
         self.shares = ThrottleShares(controls, ThrottleDemand(meta), self.gateway_id)
+        self.views = ClusterViews(meta, self.gateway_id, node.all_queues)  # (cluster/views.py)
         self.held: dict[tuple[int, int], int] = {}  # (queue id, partition) -> fencing token
         # Several broker groups: the cache of the route table that the routed store reads.
         placement = node.store.placement if isinstance(node.store, RoutedStore) else None
@@ -177,6 +179,7 @@ class ClusterLink:
                 tg.start_soon(self._deliver_leases)
                 tg.start_soon(self._serve_hand_overs)
                 tg.start_soon(self.shares.run)
+                tg.start_soon(self.views.run)
         finally:
             with anyio.move_on_after(RELEASE_AT_STOP_S, shield=True):
                 await self._give_all_up()

@@ -368,6 +368,15 @@ async def _consume_direct_reply(
     _send(session, channel, commands.Basic.ConsumeOk(tag), m.nowait)
 
 
+def _check_exclusive_use(queue: QueueRuntime, exclusive: bool) -> None:
+    # A single-active-consumer queue refuses exclusive consumers, consumers or not
+    # (rabbit_amqqueue_process: exclusive_consume_unavailable).
+    exclusive_refused = bool(queue.consumers) or isinstance(queue.choice, SingleActiveChoice)
+    if queue.has_exclusive_consumer or (exclusive and exclusive_refused):
+        where = f"queue '{queue.name}' in vhost '{queue.definition.vhost}'"
+        raise AccessRefused(f"{where} in exclusive use", 60, 20)
+
+
 async def basic_consume(session: Session, channel: ChannelState, m: commands.Basic.Consume) -> None:
     if m.queue == REPLY_QUEUE:
         await _consume_direct_reply(session, channel, m)
@@ -381,13 +390,10 @@ async def basic_consume(session: Session, channel: ChannelState, m: commands.Bas
     queue = vhost.queue(name, 60, 20)
     _exclusive_check(session, queue, 60, 20)
     tag = m.consumer_tag or _consumer_tag()
-    # A single-active-consumer queue refuses exclusive consumers, consumers or not
-    # (rabbit_amqqueue_process: exclusive_consume_unavailable).
-    exclusive_refused = bool(queue.consumers) or isinstance(queue.choice, SingleActiveChoice)
-    if queue.has_exclusive_consumer or (m.exclusive and exclusive_refused):
-        raise AccessRefused(
-            f"queue '{queue.name}' in vhost '{vhost.name}' in exclusive use", 60, 20
-        )
+    _check_exclusive_use(queue, m.exclusive)
+    if session.node.cluster is not None:  # consumers on other gateways (cluster/views.py)
+        await session.node.cluster.views.claims.claim(queue, m.exclusive)
+        _check_exclusive_use(queue, m.exclusive)  # a consume here meanwhile
     priority = (m.arguments or {}).get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise PreconditionFailed(f"invalid arg 'x-priority' for consumer '{tag}'", 60, 20)
