@@ -3,7 +3,7 @@
 An operator's global (or vhost, client, queue) limit of N msgs/s is N for the cluster, not
 per gateway. Every gateway holds a share of N in its own token bucket (gateway/controls.py),
 so the per-message path stays local; every ``PERIOD_S`` it reports through Redis what each
-shared bucket let through since the last report and whether anything waited for a token
+shared bucket let through and whether anything waited for a token, over the last two periods
 (meta/throttle_shares.py), reads every live gateway's report, and sets its share by the same
 rule the others apply to the same reports (``divide``):
 
@@ -83,6 +83,7 @@ class ThrottleShares:
         self.demand = demand
         self.gateway_id = gateway_id
         self._spent: dict[tuple[Key, str], float] = {}  # what each bucket had spent before
+        self._before: dict[str, Use] = {}  # each rate's use over the period before
         self._last = time.monotonic()
         self.exchanges = 0
 
@@ -107,9 +108,17 @@ class ThrottleShares:
             name = json.dumps([*key, field])
             spent = bucket.spent - self._spent.get((key, field), bucket.spent)
             self._spent[(key, field)] = bucket.spent
-            mine[name] = [round(spent / elapsed, 3), 1.0 if bucket.short else 0.0]
+            now_use = Use(spent / elapsed, bucket.short)
             bucket.short = False
+            # Reported: the larger of this period and the one before, so that one quiet
+            # period (a fill from the broker, a pause of the consumers) costs no share.
+            before = self._before.get(name, now_use)
+            self._before[name] = now_use
+            used, short = max(now_use.used, before.used), now_use.short or before.short
+            mine[name] = [round(used, 3), 1.0 if short else 0.0]
             totals[name] = (total, bucket)
+        for gone in self._before.keys() - totals.keys():  # controls cleared since
+            del self._before[gone]
         try:
             reports = await self.demand.exchange(self.gateway_id, json.dumps(mine), FRESH_MS)
         except MetadataUnavailable as error:
