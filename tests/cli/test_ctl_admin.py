@@ -155,6 +155,38 @@ def test_ctl_list_prints_a_table_and_json_for_scripts(
             gateway.admin("DELETE", path, auth=OPS)
 
 
+def test_throttle_publish_sets_the_publish_rates_of_a_vhost(
+    gateway: GatewayProcess, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{gateway.admin_port}"
+    env = clean_env(
+        tmp_path, MQGW_ADMIN_URL=url, MQGW_ADMIN_USER=OPS[0], MQGW_ADMIN_PASSWORD=OPS[1]
+    )
+    try:
+        done = mqgw("ctl", "throttle-publish", "vhost:/", "--rate", "500", "--bytes", "1e6",
+                    env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        status, control = gateway.admin("GET", "/api/controls/vhosts/%2F", auth=OPS)
+        assert status == 200, control
+        assert (control["scope"], control["vhost"]) == ("vhost", "/")
+        assert (control["publish_rate_msgs"], control["publish_rate_bytes"]) == (500, 1e6)
+        assert control["rate_msgs"] is None  # deliveries untouched
+        lifted = mqgw("ctl", "throttle-publish", "vhost:/", "--rate", "none", env=env)
+        assert lifted.returncode == 0, lifted.stderr
+        assert (
+            gateway.admin("GET", "/api/controls/vhosts/%2F", auth=OPS)[1]["publish_rate_msgs"]
+            is None
+        )
+        empty = mqgw("ctl", "throttle-publish", "global", env=env)
+        assert empty.returncode == 2
+        assert "throttle-publish needs --rate N and/or --bytes N" in empty.stderr
+        queue = gateway.admin("PUT", "/api/controls/queues/%2F/q", {"publish_rate_msgs": 5},
+                              auth=OPS)  # fmt: skip
+        assert queue[0] == 400, queue  # publishes are throttled before routing
+    finally:
+        gateway.admin("DELETE", "/api/controls/vhosts/%2F", auth=OPS)
+
+
 def test_the_password_flag_still_works_and_beats_the_environment(
     not_mqgw: NotMqgw, tmp_path: Path
 ) -> None:
