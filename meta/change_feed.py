@@ -35,6 +35,7 @@ from meta.models import (
     QueueDef,
     User,
     VHost,
+    VHostLimits,
 )
 from meta.serialization import dump, load
 
@@ -56,6 +57,8 @@ ChangeKind = Literal[
     "policy.deleted",
     "control.put",
     "control.deleted",
+    "vhost_limits.set",  # a vhost's limits replaced (meta.vhost_limits)
+    "vhost_limits.cleared",  # dropped with their vhost
     "placement.set",  # cluster only: document {"partitions": [group, ...]}
 ]
 CHANGE_KINDS: frozenset[str] = frozenset(get_args(ChangeKind))
@@ -68,6 +71,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "permission": Permission,
     "policy": Policy,
     "control": ConsumptionControl,
+    "vhost_limits": VHostLimits,
 }
 DEFAULT_LOCAL_FEED_LENGTH = 10_000  # an embedded node rarely follows; keep memory small
 
@@ -119,6 +123,8 @@ def _address(model: BaseModel) -> tuple[str, str]:
     """(vhost, name) of a change about ``model``."""
     if isinstance(model, VHost):
         return model.name, model.name
+    if isinstance(model, VHostLimits):
+        return model.vhost, model.vhost
     if isinstance(model, BindingDef):
         return model.vhost, model.source
     if isinstance(model, User):
@@ -150,13 +156,14 @@ def vhost_added_changes(vhost: VHost, exchanges: Iterable[ExchangeDef]) -> list[
 def vhost_deleted_changes(
     vhost: VHost,
     deletions: Deletions,
-    dropped: Iterable[Permission | Policy | ConsumptionControl],
+    dropped: Iterable[Permission | Policy | ConsumptionControl | VHostLimits],
 ) -> list[Change]:
     """The vhost's contents first, then what referred to it, then the vhost itself."""
     kinds: dict[type[BaseModel], ChangeKind] = {
         Permission: "permission.cleared",
         Policy: "policy.deleted",
         ConsumptionControl: "control.deleted",
+        VHostLimits: "vhost_limits.cleared",
     }
     return [
         *deletion_changes(deletions),

@@ -18,7 +18,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from meta.models import BindingDef, ExchangeDef, Permission, Policy, QueueDef, User, VHost
+from meta.models import (
+    BindingDef,
+    ExchangeDef,
+    Permission,
+    Policy,
+    QueueDef,
+    User,
+    VHost,
+    VHostLimits,
+)
 
 MAX_REPORTED_ERRORS = 20
 KINDS = ("vhosts", "users", "permissions", "policies", "exchanges", "queues", "bindings")
@@ -223,13 +232,16 @@ class ImportPlan:
     exchanges: list[ExchangeDef] = field(default_factory=list)
     queues: list[QueueDef] = field(default_factory=list)
     bindings: list[BindingDef] = field(default_factory=list)
+    # "parameters" of component "vhost-limits" (meta.vhost_limits): replaced whole.
+    vhost_limits: list[VHostLimits] = field(default_factory=list)
+    limits_counts: Counter[str] = field(default_factory=Counter)
     counts: dict[str, Counter[str]] = field(default_factory=lambda: {k: Counter() for k in KINDS})
     ignored: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
 
     @property
     def changes(self) -> int:
-        return sum(len(getattr(self, kind)) for kind in KINDS)
+        return sum(len(getattr(self, kind)) for kind in KINDS) + len(self.vhost_limits)
 
     def summary(self) -> dict[str, Any]:
         counts: dict[str, Any] = {
@@ -237,14 +249,19 @@ class ImportPlan:
             | ({"skipped": c["skipped"]} if c["skipped"] else {})
             for kind, c in self.counts.items()
         }
+        if self.limits_counts:
+            c = self.limits_counts
+            counts["vhost_limits"] = {k: c[k] for k in ("created", "updated", "present")}
         return {**counts, "ignored": dict(self.ignored), "warnings": self.warnings}
 
 
 def summary_text(summary: dict[str, Any]) -> str:
     """One line: "vhosts 1 created, 0 present; users ...; ignored: parameters 2"."""
     parts = []
-    for kind in KINDS:
+    for kind in (*KINDS, "vhost_limits"):
         counts = summary.get(kind) or {}
+        if kind == "vhost_limits" and not counts:
+            continue
         text = f"{kind} {counts.get('created', 0)} created, {counts.get('present', 0)} present"
         for extra in ("updated", "skipped"):
             if counts.get(extra):

@@ -3,8 +3,9 @@
 
 What is exported: users, vhosts, permissions, policies, durable exchanges (not the default
 exchange nor the predeclared amq.* ones), durable non-exclusive queues, and the bindings
-between exported (or predeclared) ends; RabbitMQ's topic permissions, runtime and global
-parameters have no mqgw counterpart and are written as empty lists.
+between exported (or predeclared) ends, and the vhost limits (the "vhost-limits" entries of
+"parameters"); RabbitMQ's topic permissions, other runtime parameters and global parameters
+have no mqgw counterpart and are written as empty lists.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from meta.amqp_values import timestamp_seconds
 from meta.models import BindingDef, ExchangeDef, Permission, Policy, QueueDef, User, VHost
 from meta.store import MetadataStore
+from meta.vhost_limits import parameter_entry
 
 # The RabbitMQ release whose format (and behaviour) mqgw follows; RabbitMQ reads
 # rabbit_version only to pick a hashing algorithm for users that do not name one.
@@ -186,10 +188,12 @@ async def export_definitions(store: MetadataStore, vhost: str | None = None) -> 
         queues += [queue_entry(q, with_vhost) for q in qs]
         bindings += [binding_entry(b, with_vhost) for b in bs]
     policies = [policy_entry(p) for p in await store.list_policies(vhost)]
+    limits = [v for v in await store.list_vhost_limits() if vhost is None or v.vhost == vhost]
+    parameters = [parameter_entry(v) for v in limits]
     if vhost is not None:
         return {
             "rabbit_version": RABBIT_VERSION,
-            "parameters": [],
+            "parameters": parameters,
             "policies": policies,
             "queues": queues,
             "exchanges": exchanges,
@@ -204,7 +208,7 @@ async def export_definitions(store: MetadataStore, vhost: str | None = None) -> 
         "vhosts": [vhost_entry(v) for v in await store.list_vhosts()],
         "permissions": [permission_entry(p) for p in await store.list_permissions()],
         "topic_permissions": [],
-        "parameters": [],
+        "parameters": parameters,
         "global_parameters": [],
         "policies": policies,
         "queues": queues,

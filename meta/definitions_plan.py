@@ -52,6 +52,7 @@ from meta.models import (
     Policy,
     QueueDef,
     User,
+    VHostLimits,
 )
 from meta.password import (
     ALGORITHMS,
@@ -63,6 +64,7 @@ from meta.password import (
 from meta.queue_arguments import check_queue_arguments
 from meta.state import augment_queue_arguments
 from meta.store import MetadataStore
+from meta.vhost_limits import PARAMETER_NAME, LimitsInvalid, check_limits, is_limits_parameter
 
 _PREDECLARED = {name: (type_, internal) for name, type_, internal in PREDECLARED_EXCHANGES}
 _E = TypeVar("_E")
@@ -141,6 +143,7 @@ class _Planner:
         self.users: dict[str, tuple[User, str | None]] = {}  # valid users of the file
         self.permissions: dict[tuple[str, str], Permission] = {}
         self.policies: dict[tuple[str, str], Policy] = {}
+        self.limits: dict[str, VHostLimits] = {}
         self.exchanges: dict[tuple[str, str], ExchangeDef] = {}  # created by this file
         self.queues: dict[tuple[str, str], QueueDef] = {}
         self.bindings: set[tuple[str, Any]] = set()
@@ -240,6 +243,19 @@ class _Planner:
         data = entry.model_dump(by_alias=True)
         self.policies[(vhost, entry.name)] = Policy.model_validate({**data, "vhost": vhost})
 
+    async def parameter(self, entry: dict[str, Any]) -> None:
+        """A "vhost-limits" parameter (the others are ignored, counted as such)."""
+        if not is_limits_parameter(entry):
+            return
+        vhost = self.vhost_of(entry.get("vhost"))
+        if entry.get("name") != PARAMETER_NAME:
+            raise _Refused(".name", f"vhost limits are named '{PARAMETER_NAME}'")
+        try:
+            limits = check_limits(entry.get("value"))
+        except LimitsInvalid as error:
+            raise _Refused(".value", f"Validation failed: {error}") from None
+        self.limits[vhost] = VHostLimits(vhost=vhost, limits=limits)
+
     async def plan_replacements(self) -> None:
         for (user, vhost), permission in self.permissions.items():
             current = await self.store.get_permission(user, vhost)
@@ -247,6 +263,12 @@ class _Planner:
         policies = {(p.vhost, p.name): p for p in await self.store.list_policies(self.scope)}
         for key, policy in self.policies.items():
             self.replacing("policies", policies.get(key), policy, self.plan.policies)
+        for vhost, limits in self.limits.items():
+            known = None if vhost in self.new_vhosts else await self.store.get_vhost_limits(vhost)
+            outcome = "present" if known == limits else "updated" if known else "created"
+            self.plan.limits_counts[outcome] += 1
+            if outcome != "present":
+                self.plan.vhost_limits.append(limits)
 
     # --- exchanges, queues, bindings -----------------------------------------------------
 
@@ -396,14 +418,18 @@ async def plan_import(
     plan = planner.plan
     ignored = IGNORED_KINDS if vhost is None else (*IGNORED_KINDS, *KINDS[:3])
     for kind in ignored:
-        if getattr(doc, kind):
-            plan.ignored[kind] = len(getattr(doc, kind))
+        entries = getattr(doc, kind)
+        if kind == "parameters":  # vhost limits are imported
+            entries = [e for e in entries if not is_limits_parameter(e)]
+        if entries:
+            plan.ignored[kind] = len(entries)
     if vhost is None:
         planner.node_vhosts = {v.name for v in await store.list_vhosts()}
         await planner.each("vhosts", doc.vhosts, planner.vhost)
         await planner.each("users", doc.users, planner.user)
         await planner.each("permissions", doc.permissions, planner.permission)
     await planner.each("policies", doc.policies, planner.policy)
+    await planner.each("parameters", doc.parameters, planner.parameter)
     await planner.each("exchanges", doc.exchanges, planner.exchange)
     await planner.each("queues", doc.queues, planner.queue)
     await planner.each("bindings", doc.bindings, planner.binding)

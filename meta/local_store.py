@@ -55,11 +55,13 @@ from meta.models import (
     QueueDef,
     User,
     VHost,
+    VHostLimits,
 )
 from meta.password import hash_password
 from meta.serialization import dump as _dump
 from meta.serialization import load as _load
 from meta.state import MetadataState
+from meta.vhost_limits import MAX_QUEUES, ConnectionCounts, LocalConnections, limit_of
 
 FILE_NAME = "metadata.json"
 FORMAT_VERSION = 1
@@ -67,7 +69,7 @@ QUEUE_ID_BLOCK = 1024
 _PREDECLARED_NAMES = frozenset(name for name, _, _ in PREDECLARED_EXCHANGES)
 
 
-class LocalMetadataStore:
+class LocalMetadataStore(LocalConnections):
     """The MetadataStore of an embedded node. Construct once; it loads synchronously."""
 
     def __init__(
@@ -88,6 +90,8 @@ class LocalMetadataStore:
         self._permissions: dict[tuple[str, str], Permission] = {}
         self._policies: dict[tuple[str, str], Policy] = {}
         self._controls: dict[tuple[str, str, str], ConsumptionControl] = {}
+        self._vhost_limits: dict[str, VHostLimits] = {}
+        self._connections = ConnectionCounts()  # in memory: connections end with the process
         self._next_queue_id = 1
         self._queue_id_reserved_until = 1  # ids below this may have been handed out
         self._state = MetadataState(
@@ -151,6 +155,7 @@ class LocalMetadataStore:
             "permissions": [_dump(p) for p in self._permissions.values()],
             "policies": [_dump(p) for p in self._policies.values()],
             "controls": [_dump(c) for c in self._controls.values()],
+            "vhost_limits": [_dump(v) for v in self._vhost_limits.values()],
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
@@ -175,6 +180,9 @@ class LocalMetadataStore:
         for data in document.get("controls", []):
             control = _load(ConsumptionControl, data)
             self._controls[control.key] = control
+        for data in document.get("vhost_limits", []):
+            limits = _load(VHostLimits, data)
+            self._vhost_limits[limits.vhost] = limits
         for data in document["permissions"]:
             permission = _load(Permission, data)
             self._permissions[(permission.user, permission.vhost)] = permission
@@ -234,13 +242,16 @@ class LocalMetadataStore:
     async def delete_vhost(self, name: str) -> Deletions:
         state = self._state.vhosts.get(name)
         deletions = self._state.delete_vhost(name)
-        dropped: list[Permission | Policy | ConsumptionControl] = []
+        dropped: list[Permission | Policy | ConsumptionControl | VHostLimits] = []
         for key in [k for k in self._permissions if k[1] == name]:
             dropped.append(self._permissions.pop(key))
         for key in [k for k in self._policies if k[0] == name]:
             dropped.append(self._policies.pop(key))
         for control_key in [k for k in self._controls if k[0] == "queue" and k[1] == name]:
             dropped.append(self._controls.pop(control_key))
+        if name in self._vhost_limits:
+            dropped.append(self._vhost_limits.pop(name))
+        self._connections.forget_vhost(name)
         if state is not None:
             self._feed.publish(vhost_deleted_changes(state.vhost, deletions, dropped))
         await self._commit_if(bool(deletions))
@@ -313,6 +324,21 @@ class LocalMetadataStore:
     async def list_policies(self, vhost: str | None = None) -> list[Policy]:
         return [p for p in self._policies.values() if vhost is None or p.vhost == vhost]
 
+    # --- vhost limits ---
+
+    async def set_vhost_limits(self, limits: VHostLimits) -> None:
+        if limits.vhost not in self._state.vhosts:
+            raise vhost_not_found(limits.vhost)
+        self._vhost_limits[limits.vhost] = limits
+        self._feed.publish([change("vhost_limits.set", limits)])
+        await self._commit()
+
+    async def get_vhost_limits(self, vhost: str) -> VHostLimits | None:
+        return self._vhost_limits.get(vhost)
+
+    async def list_vhost_limits(self) -> list[VHostLimits]:
+        return sorted(self._vhost_limits.values(), key=lambda v: v.vhost)
+
     # --- consumption controls ---
 
     async def put_control(self, control: ConsumptionControl) -> None:
@@ -361,7 +387,10 @@ class LocalMetadataStore:
     async def declare_queue(
         self, definition: QueueDef, passive: bool = False, connection_id: str | None = None
     ) -> QueueDef:
-        queue, created = self._state.declare_queue(definition, passive, connection_id)
+        limit = limit_of(self._vhost_limits.get(definition.vhost), MAX_QUEUES)
+        state = self._state.vhosts.get(definition.vhost)
+        room = None if limit is None or state is None else (limit, len(state.queues))
+        queue, created = self._state.declare_queue(definition, passive, connection_id, room)
         if created:
             self._feed.publish([change("queue.declared", queue)])
         await self._commit_if(created and queue.durable)

@@ -49,6 +49,15 @@ class VHost(_Model):
     tracing: bool = False
 
 
+class VHostLimits(_Model):
+    """RabbitMQ's per-vhost limits ("vhost-limits" parameter): name -> value, e.g.
+    {"max-connections": 10, "max-queues": 5}; a negative value is no limit (meta.vhost_limits
+    checks names and values). Kept when its last limit is cleared, as RabbitMQ keeps it."""
+
+    vhost: str
+    limits: dict[str, int] = Field(default_factory=dict)
+
+
 class User(_Model):
     name: str
     password_hash: str

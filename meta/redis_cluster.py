@@ -2,8 +2,9 @@
 
 Leases are keys with a TTL (PX), so Redis's clock decides when one lapses; the set
 ``<prefix>gateways`` remembers every registered gateway so a lapsed one (key gone) can
-still be found and reaped. A gateway's exclusive queues are found through the owner sets
-``<prefix>owner:<gateway_id>/<n>`` (one per connection, kept by declare and delete), by
+still be found and reaped (its exclusive queues deleted, its connections no longer counted
+against vhost limits, meta.redis_limits). A gateway's exclusive queues are found through the
+owner sets ``<prefix>owner:<gateway_id>/<n>`` (one per connection, kept by declare and delete), by
 SCAN: reaping is rare, and per-connection sets keep closing a connection cheap.
 
 Delivery leases are ``<prefix>lease:<name>`` ("<owner> <token>", with a TTL), tokens from
@@ -101,6 +102,9 @@ class RedisClusterRegistry(RedisStoreBase):
     async def delete_exclusive_queues(self, owner: str) -> Deletions:
         raise NotImplementedError  # RedisMetadataStore's, used by reap_gateway
 
+    async def forget_connections(self, gateway_id: str) -> None:
+        raise NotImplementedError  # meta.redis_limits', used by reap_gateway
+
     # --- gateway leases ---
 
     async def register_gateway(self, gateway_id: str, ttl_ms: int) -> None:
@@ -157,6 +161,7 @@ class RedisClusterRegistry(RedisStoreBase):
             exchanges += deleted.exchanges
             queues += deleted.queues
             bindings += deleted.bindings
+        await self.forget_connections(gateway_id)  # no longer counted against max-connections
 
         async def forget() -> None:
             async with self._conn.client.pipeline(transaction=True) as pipe:

@@ -43,6 +43,7 @@ class RedisKeys:
         self.placement_load = prefix + "placement-load"  # hash: group -> partitions placed
         # hash: gateway -> "<Redis ms> <report>" (meta/throttle_shares.py)
         self.throttle_demand = prefix + "throttle-demand"
+        self.vhost_limits = prefix + "vhost-limits"  # hash: vhost -> VHostLimits
 
     def vhost_part(self, vhost: str) -> str:
         return f"{self.prefix}v:{quote(vhost, safe='')}:"
@@ -70,6 +71,9 @@ class RedisKeys:
 
     def consumer_claims(self, vhost: str, queue: str) -> str:  # hash: gateway -> "<ms> x|c"
         return self.vhost_part(vhost) + "consumers:" + queue
+
+    def connections(self, vhost: str) -> str:  # set: "<gateway>/<n>" connections open in it
+        return self.vhost_part(vhost) + "conns"
 
     def owner(self, connection_id: str) -> str:  # set: ["vhost","queue"] it owns exclusively
         return self.prefix + "owner:" + connection_id

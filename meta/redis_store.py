@@ -24,20 +24,22 @@ the ``<prefix>changes`` stream in the same MULTI/EXEC (meta.redis_feed follows i
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from meta import checks
 from meta.change_feed import ChangeEvent, change, deletion_changes, vhost_deleted_changes
 from meta.errors import vhost_not_found
-from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, User, VHost
+from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, User, VHost, VHostLimits
 from meta.redis_base import RedisStoreBase
 from meta.redis_cluster import RedisClusterRegistry
 from meta.redis_feed import current_position, follow_changes
+from meta.redis_limits import VHostLimitsMixin
 from meta.redis_records import RecordsMixin
 from meta.redis_topology import TopologyView
 from meta.serialization import dumps, loads, parse_key
 
 
-class RedisMetadataStore(RecordsMixin, RedisClusterRegistry, RedisStoreBase):
+class RedisMetadataStore(VHostLimitsMixin, RecordsMixin, RedisClusterRegistry, RedisStoreBase):
     """A MetadataStore and ClusterRegistry on Redis. Construct once per process."""
 
     async def _list(self, vhost: str, index: str, member_prefix: str, how: str) -> list[str]:
@@ -84,9 +86,14 @@ class RedisMetadataStore(RecordsMixin, RedisClusterRegistry, RedisStoreBase):
                 return Deletions()
             deletions = view.state.delete_vhost(name)
             view.write_deletions(deletions)
-            dropped = await self._records_of_vhost(view.tx, name)
+            dropped: list[Any] = await self._records_of_vhost(view.tx, name)
             keys = self._keys
+            limits = await view.tx.hget(keys.vhost_limits, name)
+            if limits is not None:
+                dropped.append(loads(VHostLimits, limits))
+                view.tx.write("HDEL", keys.vhost_limits, name)
             view.tx.write("DEL", keys.exchange_index(name), keys.queue_index(name))
+            view.tx.write("DEL", keys.connections(name))
             view.tx.write("HDEL", keys.vhosts, name)
             view.tx.publish(vhost_deleted_changes(state.vhost, deletions, dropped))
             return deletions
@@ -142,9 +149,11 @@ class RedisMetadataStore(RecordsMixin, RedisClusterRegistry, RedisStoreBase):
             missing = definition.name == "" or not await view.queue(
                 definition.vhost, definition.name
             )
+            room = None
             if missing and not passive:
+                room = await self._queue_limit(view, definition.vhost)
                 await view.reserve_queue_id()
-            queue, created = view.state.declare_queue(definition, passive, connection_id)
+            queue, created = view.state.declare_queue(definition, passive, connection_id, room)
             if created:
                 view.write_queue(queue)
                 view.tx.publish([change("queue.declared", queue)])

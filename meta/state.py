@@ -33,6 +33,7 @@ from meta.models import (
     VHost,
 )
 from meta.queue_arguments import check_queue_arguments
+from meta.vhost_limits import queue_limit_reached
 
 BindingIdentity = tuple[str, str, str, str, Any]
 Endpoint = tuple[str, str]  # (destination_type, name)
@@ -196,8 +197,13 @@ class MetadataState:
     # --- queues ---
 
     def declare_queue(
-        self, definition: QueueDef, passive: bool, connection_id: str | None
+        self,
+        definition: QueueDef,
+        passive: bool,
+        connection_id: str | None,
+        queue_limit: tuple[int, int] | None = None,
     ) -> tuple[QueueDef, bool]:
+        """``queue_limit``: (max-queues, queues in the vhost now), when the vhost has one."""
         state = self.vhost(definition.vhost)
         if passive:
             existing = state.queues.get(definition.name)
@@ -224,6 +230,8 @@ class MetadataState:
             requested.arguments, requested.argument_types, "x-dead-letter-exchange", resource
         )
         check_queue_arguments(requested)  # on creation only, as rabbit_amqqueue:declare does
+        if queue_limit is not None and queue_limit[1] >= queue_limit[0]:
+            raise queue_limit_reached(requested.vhost, requested.name, queue_limit[0])
         created = requested.model_copy(update={"queue_id": self._allocate_queue_id()})
         state.queues[created.name] = created
         return created, True

@@ -27,6 +27,7 @@ from meta.models import (
     QueueDef,
     User,
     VHost,
+    VHostLimits,
 )
 
 
@@ -47,6 +48,25 @@ class MetadataStore(Protocol):
     async def put_policy(self, policy: Policy) -> None: ...
     async def delete_policy(self, vhost: str, name: str) -> bool: ...
     async def list_policies(self, vhost: str | None = None) -> list[Policy]: ...
+
+    # --- vhost limits (meta.vhost_limits) ---
+    async def set_vhost_limits(self, limits: VHostLimits) -> None:
+        """Replace the vhost's limits (NotAllowed "vhost ... not found" if there is none).
+        Deleting the vhost drops them."""
+
+    async def get_vhost_limits(self, vhost: str) -> VHostLimits | None: ...
+    async def list_vhost_limits(self) -> list[VHostLimits]: ...
+    async def open_connection(
+        self, vhost: str, connection_id: str, max_connections: int | None
+    ) -> bool:
+        """Count connection ``connection_id`` ("<gateway>/<n>") as open in ``vhost``, unless
+        ``max_connections`` (None: no limit) are open there already: then False. Counted
+        over every gateway sharing the store."""
+
+    async def close_connection(self, vhost: str, connection_id: str) -> None: ...
+    async def count_connections(self, vhost: str) -> int: ...
+    async def forget_connections(self, gateway_id: str) -> None:
+        """Stop counting every "<gateway_id>/<n>" connection (that gateway is gone)."""
 
     # --- consumption controls ---
     async def put_control(self, control: ConsumptionControl) -> None:

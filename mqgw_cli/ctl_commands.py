@@ -30,6 +30,7 @@ from mqgw_cli.admin_target import (
     admin_target,
 )
 from mqgw_cli.switchover_command import add_switchover_command
+from mqgw_cli.vhost_limits_commands import add_vhost_limits_commands
 
 SCOPE_FORMS = "global | node:N | vhost:N | client:N | connection:N | queue:N"
 _SEGMENTS = {"node": "nodes", "client": "clients", "connection": "connections"}
@@ -245,3 +246,4 @@ def add_ctl_commands(commands: Any) -> None:
     add_admin_options(trace)
     trace.set_defaults(func=run_trace)
     add_switchover_command(actions)
+    add_vhost_limits_commands(actions)  # set-vhost-limits, clear-vhost-limits

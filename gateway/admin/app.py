@@ -30,6 +30,7 @@ from gateway.admin import (
     overview_api,
     queues_api,
     topology_api,
+    vhost_limits_api,
 )
 from gateway.admin.json_bodies import JsonBodies
 from gateway.admin.paths import KeepEncodedSlashes
@@ -125,6 +126,7 @@ def create_app(node: Node) -> FastAPI:
     for module in (overview_api, topology_api, messages_api, metrics_api):  # management, /metrics
         app.include_router(module.routes(node))
     app.include_router(offsets_api.routes(node))  # POST /api/queues/{vhost}/{name}/reset
+    app.include_router(vhost_limits_api.routes(node))  # /api/vhost-limits
     app.include_router(dashboard.routes())  # `/` and /dashboard/*: the web page (no data)
     # Cluster: what the other gateways' views show of this one (gateway/cluster/views.py).
     cluster_views.attach(node, lambda: view_snapshot(node))

@@ -116,6 +116,8 @@ class ImportRun:
         await self._each("policies", plan.policies, node.meta.put_policy, CONCURRENCY)
         for name in sorted({p.vhost for p in plan.policies}):
             await node.vhosts[name].apply_policies()
+        await self._each("vhost_limits", plan.vhost_limits, node.meta.set_vhost_limits)
+        await node.load_vhost_limits()  # before the queues: max-queues applies to them
         await self._each(
             "exchanges",
             plan.exchanges,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.sessions import taps
 from meta.change_feed import Change
-from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, VHost
+from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, VHost, VHostLimits
 
 if TYPE_CHECKING:
     from gateway.node.node import Node
@@ -31,6 +31,14 @@ async def apply_change(node: Node, change: Change) -> None:
         return
     if kind.startswith("control."):
         await node.controls.reload()
+        return
+    if kind == "vhost_limits.set":  # enforced at connection.open (sessions/session.py)
+        limits = change.entity()
+        assert isinstance(limits, VHostLimits)
+        node.vhost_limits[limits.vhost] = limits
+        return
+    if kind == "vhost_limits.cleared":
+        node.vhost_limits.pop(change.vhost, None)
         return
     if kind == "placement.set":  # a queue's partitions placed on broker groups
         if node.cluster is not None and node.cluster.placement is not None:
@@ -87,6 +95,7 @@ async def reload(node: Node) -> None:
     await node.access.load()
     await node.refresh_users()
     await node.controls.reload()
+    await node.load_vhost_limits()
     names = {v.name for v in await node.meta.list_vhosts()}
     for name in [n for n in node.vhosts if n not in names]:
         await node.forget_vhost(name)

@@ -37,7 +37,7 @@ from gateway.sessions.session import Session
 from gateway.vhost import VirtualHost
 from meta.change_feed import Change
 from meta.errors import MetadataUnavailable
-from meta.models import Deletions, Policy, User, VHost
+from meta.models import Deletions, Policy, User, VHost, VHostLimits
 from meta.store import MetadataStore
 from storage import StoredMessage, StoreError, StorePort
 
@@ -102,6 +102,11 @@ class Node:
         self.users = Users(meta, settings, self.scheduler.clock)
         # Connections closed while the metadata store was away: their exclusive queues.
         self.owners_to_clean: set[str] = set()
+        # Per-vhost limits (meta/vhost_limits.py), kept by the change feed and the admin API;
+        # and (vhost, "<gateway>/<n>") of connections closed while Redis was away, still
+        # counted there.
+        self.vhost_limits: dict[str, VHostLimits] = {}
+        self.connections_to_uncount: set[tuple[str, str]] = set()
 
     def admit(self, session: Session) -> bool:
         """max_connections_per_address: refuse a socket from an address already at the cap
@@ -135,6 +140,8 @@ class Node:
         await self.access.load()
         await self.refresh_users()
         await self.controls.load()
+        await self.load_vhost_limits()
+        await self.meta.forget_connections(self.name)  # a former process of this name
         known: set[int] = {TIMER_QUEUE_ID}
         for vhost_def in await self.meta.list_vhosts():
             vhost = await self.open_vhost(vhost_def.name)
@@ -148,6 +155,9 @@ class Node:
                 await queue.leave_lost_transients()
         await self.timer.start()
         await self.check_resources()
+
+    async def load_vhost_limits(self) -> None:
+        self.vhost_limits = {v.vhost: v for v in await self.meta.list_vhost_limits()}
 
     async def open_vhost(self, name: str) -> VirtualHost:
         """The vhost, opened unless it is already; once per name at a time (in a cluster the
@@ -210,6 +220,7 @@ class Node:
     async def forget_vhost(self, name: str) -> None:
         """A vhost deleted elsewhere: close its connections here, drop its runtimes."""
         vhost = self.vhosts.pop(name, None)
+        self.vhost_limits.pop(name, None)
         if vhost is None:
             return
         await self._close_vhost_sessions(name, vhost)
@@ -230,6 +241,7 @@ class Node:
         vhost = self.vhosts.pop(name, None)
         await self._close_vhost_sessions(name, vhost)
         deletions = await self.meta.delete_vhost(name)
+        self.vhost_limits.pop(name, None)
         self.access.forget_vhost(name)
         await self.controls.forget_vhost(name)
         if vhost is not None:
@@ -415,6 +427,12 @@ class Node:
             self.owners_to_clean.discard(owner)
             for vhost in self.vhosts.values():
                 await vhost.apply_deletions(deletions)
+        for vhost_name, connection_id in list(self.connections_to_uncount):
+            try:
+                await self.meta.close_connection(vhost_name, connection_id)
+            except MetadataUnavailable:
+                return
+            self.connections_to_uncount.discard((vhost_name, connection_id))
 
     async def _retry_metadata_write(self) -> None:
         """Write the metadata a full disk kept in memory (nothing to do when none waits)."""

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gateway.sessions.channel_state import ChannelState
     from gateway.sessions.session import Session
     from gateway.vhost import VirtualHost
-    from meta.models import User
+    from meta.models import User, VHostLimits
     from meta.store import MetadataStore
     from storage import StoredMessage, StorePort
 
@@ -73,6 +73,10 @@ class SessionHost(Protocol):
     def sessions(self) -> MutableSet[Session]: ...
     @property
     def owners_to_clean(self) -> MutableSet[str]: ...
+    @property
+    def connections_to_uncount(self) -> MutableSet[tuple[str, str]]: ...
+    @property
+    def vhost_limits(self) -> Mapping[str, VHostLimits]: ...
 
     open_connections: int
     next_resource_look: int

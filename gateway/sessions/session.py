@@ -39,6 +39,7 @@ from gateway.queues.rate_limit import Limits
 from gateway.queues.runtime import QueueRuntime
 from gateway.sessions.access import NO_GRANTS, Grants
 from gateway.sessions.channel_state import ChannelState, Consumer, Delivery
+from gateway.sessions.connection_limits import count_in, count_out
 from gateway.sessions.handlers import handle_method
 from gateway.sessions.publishing import route_publish
 from gateway.sessions.taps import SessionTap, session_tap
@@ -75,6 +76,7 @@ class Session:
         # queues of a gateway that died by that prefix (meta/redis_cluster.py).
         self.owner_id = f"{node.name}/{number}"
         self.vhost: VirtualHost | None = None
+        self.counted_in: str | None = None  # the vhost whose max-connections counts it
         self.user = ""
         self.opened = False
         self.channels: dict[int, ChannelState] = {}
@@ -286,12 +288,17 @@ class Session:
             )
             await self.handle_events(self.conn.reject_vhost(error))
             return
+        refused = await count_in(self, vhost.name)  # RabbitMQ: before the access check
+        if refused is not None:
+            await self.handle_events(self.conn.reject_vhost(refused))
+            return
         if not self.node.access.may_use_vhost(self.user, vhost.name):
             # rabbit_access_control:check_vhost_access/4: no permission entry in the vhost.
             error = NotAllowed(f"access to vhost '{vhost.name}' refused for user '{self.user}'")
             log.warning(
                 "connection %s: %s", self.id, error.reply_text, extra={"connection": self.name}
             )
+            await count_out(self)
             await self.handle_events(self.conn.reject_vhost(error))
             return
         # Decisions cached per resource; the object stays current across permission changes.
@@ -632,6 +639,7 @@ class Session:
             else:
                 await self.vhost.apply_deletions(deletions)
         await self.node.controls.session_closed(self)
+        await count_out(self)
         if self.opened:
             self.node.open_connections -= 1
             log.info(
