@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends, HTTPException, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.admin import cluster_views
 from gateway.admin.auth import ADMINISTRATOR, MONITORING, requires
 from gateway.admin.paths import SlashRoute
 from gateway.controls import Controls, Key, key_of
@@ -54,12 +55,20 @@ def routes(node: Node) -> APIRouter:
     administrator = Depends(requires(ADMINISTRATOR, node))
     controls = node.controls
 
-    def checked(key: Key) -> Key:
-        """404 for a scope that names nothing this node knows (clients may come later)."""
+    async def checked(key: Key, user: User) -> Key:
+        """404 for a scope that names nothing the cluster knows (clients may come later);
+        a node or a connection may be another live gateway's (its gateway applies it)."""
         scope, vhost, name = key
         if scope == "node" and name != node.name:
-            raise HTTPException(404, f"no node '{name}' (this node is '{node.name}')")
-        if scope == "connection" and not any(s.name == name for s in node.sessions):
+            others = [v.get("node", {}).get("name") for v in await cluster_views.elsewhere(node)]
+            if name not in others:
+                raise HTTPException(404, f"no node '{name}' (this node is '{node.name}')")
+        here = any(s.name == name for s in node.sessions)
+        if (
+            scope == "connection"
+            and not here
+            and await cluster_views.remote_one(node, user, "connections", name) is None
+        ):
             raise HTTPException(404, f"no open connection '{name}'")
         if scope == "client" and not name:
             raise HTTPException(404, "no client given")
@@ -83,7 +92,7 @@ def routes(node: Node) -> APIRouter:
         if key[0] == "queue" and {"publish_rate_msgs", "publish_rate_bytes"} & set(changes):
             raise HTTPException(400, "publish rates apply to global, node, vhost, client and"
                                 " connection scopes, not to a queue")  # fmt: skip
-        control = await controls.update(checked(key), changes, user.name)
+        control = await controls.update(await checked(key, user), changes, user.name)
         if control.is_empty:
             return Response(status_code=204)
         return control_json(control, controls)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -215,6 +216,35 @@ def test_a_stop_on_one_gateway_stops_deliveries_on_another(three: Cluster) -> No
     finally:
         clear(three.gateways[0])
         consumer.close()
+
+
+def test_a_connection_held_by_another_gateway_is_stopped_through_any(three: Cluster) -> None:
+    """The views list gw3's connection on gw1; a stop of it through gw1 stops it on gw3."""
+    fill(three.gateways[0], "s2", 20000)
+    throttle(three.gateways[0], {"rate_msgs": 1000}, "queues/%2F/s2")  # 20 s of messages
+    consumer = CountingConsumer(three.gateways[2], "s2")
+    consumer.start()
+    try:
+        check_for(10, lambda: consumer.got > 0, what="deliveries on gw3")
+        names: list[str] = []
+
+        def listed() -> bool:  # another gateway's objects are up to 1 s old
+            status, connections = three.gateways[0].admin("GET", "/api/connections")
+            assert status == 200, connections
+            names[:] = [c["name"] for c in connections if c["node"] == "gw3"]
+            return len(names) == 1
+
+        check_for(5, listed, what="gw3's connection in gw1's view")
+        scope = "connections/" + urllib.parse.quote(names[0], safe="")
+        throttle(three.gateways[0], {"state": "stopped"}, scope)
+        stopped_at = time.monotonic()
+        time.sleep(1.5)
+        assert consumer.got == consumer.count_at(stopped_at + 1.0), "still delivering"
+        clear(three.gateways[0], scope)
+        check_for(5, lambda: consumer.got > consumer.count_at(stopped_at + 1.0), what="resumed")
+    finally:
+        consumer.close()
+        clear(three.gateways[0], "queues/%2F/s2")
 
 
 def test_a_global_publish_limit_slows_publishers_on_every_gateway(three: Cluster) -> None:
