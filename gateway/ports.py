@@ -10,7 +10,7 @@ and ``Node`` satisfy these structurally; mypy checks it where they are handed do
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.queues.rate_limit import Limits
 from gateway.queues.runtime import QueueRuntime
@@ -19,6 +19,9 @@ from gateway.routing import Router
 from meta.change_feed import Change
 from meta.store import MetadataStore
 from storage import Record, StorePort
+
+if TYPE_CHECKING:
+    from gateway.features.direct_reply import DirectReplies
 
 
 class VhostPort(Protocol):
@@ -129,3 +132,8 @@ class ClusterNode(Protocol):
     def all_queues(self) -> Sequence[QueueRuntime]: ...
 
     def queue_by_id(self, queue_id: int) -> QueueRuntime | None: ...
+
+    @property
+    def direct_replies(self) -> DirectReplies[Any]:
+        """Its direct reply-to consumers (the reply relay delivers to them)."""
+        ...

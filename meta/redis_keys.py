@@ -35,6 +35,7 @@ class RedisKeys:
         self.permissions = prefix + "permissions"  # hash: ["user","vhost"] -> Permission
         self.policies = prefix + "policies"  # hash: ["vhost","name"] -> Policy
         self.controls = prefix + "controls"  # hash: ["scope","vhost","name"] -> control
+        self.vhost_limits = prefix + "vhost-limits"  # hash: vhost -> VHostLimits
         self.queue_ids = prefix + "queue-ids"  # INCR counter: the last queue id handed out
         self.changes = prefix + "changes"  # stream: the change feed
         self.bootstrapped = prefix + "bootstrapped"  # set once: "/" and guest were created
@@ -43,7 +44,6 @@ class RedisKeys:
         self.placement_load = prefix + "placement-load"  # hash: group -> partitions placed
         # hash: gateway -> "<Redis ms> <report>" (meta/throttle_shares.py)
         self.throttle_demand = prefix + "throttle-demand"
-        self.vhost_limits = prefix + "vhost-limits"  # hash: vhost -> VHostLimits
 
     def vhost_part(self, vhost: str) -> str:
         return f"{self.prefix}v:{quote(vhost, safe='')}:"
@@ -108,6 +108,12 @@ class RedisKeys:
 
     def view_answer(self, request_id: str) -> str:  # list: the one answer to a view request
         return self.prefix + "view-answer:" + request_id
+
+    def reply_inbox(self, tag: str) -> str:  # list: relayed direct replies to that gateway
+        return self.prefix + "replies:" + tag
+
+    def reply_live(self, tag: str) -> str:  # string with a TTL: that gateway reads its inbox
+        return self.prefix + "replies-live:" + tag
 
     def broker_lease(self, group: str, broker_id: str) -> str:  # string with a TTL
         return f"{self.prefix}broker:{quote(group, safe='')}:{broker_id}"

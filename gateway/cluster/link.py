@@ -53,6 +53,7 @@ import anyio
 
 from gateway.cluster.groups import BrokerGroups, find_start_groups, open_group
 from gateway.cluster.placement import QueuePlacement
+from gateway.cluster.replies import ReplyRelay
 from gateway.cluster.shares import ThrottleShares
 from gateway.cluster.views import ClusterViews
 from gateway.controls import Controls
@@ -60,6 +61,7 @@ from meta.change_feed import Change, Reload
 from meta.cluster import HandedNote
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
+from meta.reply_relay import ReplyInboxes
 from meta.throttle_shares import ThrottleDemand
 from storage import BrokerUnavailable, ReadStatus, StoreError
 from storage.errors import StaleFence
@@ -139,6 +141,7 @@ class ClusterLink:
         self.gateway_id = node.name
         self.shares = ThrottleShares(controls, ThrottleDemand(meta), self.gateway_id)
         self.views = ClusterViews(meta, self.gateway_id, node.all_queues)  # (cluster/views.py)
+        self.replies = ReplyRelay(node.direct_replies, ReplyInboxes(meta))  # direct reply-to
         self.held: dict[tuple[int, int], int] = {}  # (queue id, partition) -> fencing token
         # Several broker groups: the cache of the route table that the routed store reads.
         placement = node.store.placement if isinstance(node.store, RoutedStore) else None
@@ -178,6 +181,7 @@ class ClusterLink:
                 tg.start_soon(self._follow, position)
                 tg.start_soon(self._deliver_leases)
                 tg.start_soon(self._serve_hand_overs)
+                tg.start_soon(self.replies.run)
                 tg.start_soon(self.shares.run)
                 tg.start_soon(self.views.run)
         finally:

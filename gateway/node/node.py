@@ -33,6 +33,7 @@ from gateway.resources.alarms import Alarms, ResourceAlarm
 from gateway.sessions import taps
 from gateway.sessions.access import Access
 from gateway.sessions.channel_state import ChannelState, Consumer
+from gateway.sessions.publishing import deliver_reply, return_reply
 from gateway.sessions.session import Session
 from gateway.vhost import VirtualHost
 from meta.change_feed import Change
@@ -83,7 +84,9 @@ class Node:
         self.memory_alarm = ResourceAlarm("memory", limit, int(limit * 0.9))
         self.alarms = Alarms(self.disk_alarm, self.store_alarm, self.memory_alarm)
         self.next_resource_look = 0  # store offset past which a publish batch looks again
-        self.direct_replies: DirectReplies[ChannelState] = DirectReplies()
+        self.direct_replies: DirectReplies[ChannelState] = DirectReplies(
+            settings.node_name, deliver_reply, return_reply
+        )
         self.timer = LogTimer(
             store,
             settings.timer_levels_ms or DEFAULT_LEVELS_MS,

@@ -113,7 +113,7 @@ def route_publish(
         # The plugin routes a held message to no queue now: mandatory gets 312 at once.
         return RouteOutcome(timer_record, [], False)
     if not publish.exchange and publish.routing_key.startswith(REPLY_PREFIX):
-        return _direct_reply(session, publish, properties_bytes)
+        return _direct_reply(session, channel, publish, properties_bytes)
     if not publish.exchange and headers is None:
         # The default exchange without CC/BCC: the queue named by the key, or nowhere.
         queue = vhost.queues.get(publish.routing_key)
@@ -257,11 +257,22 @@ def _delivery_mode(properties: bytes, flags: int) -> int:
         return -1
 
 
-def _direct_reply(session: Session, publish: Publish, properties_bytes: bytes) -> RouteOutcome:
-    """A reply to a direct reply-to consumer: delivered at once, never stored."""
-    target = session.node.direct_replies.lookup(publish.routing_key)
+def _direct_reply(
+    session: Session, publisher: ChannelState, publish: Publish, properties_bytes: bytes
+) -> RouteOutcome:
+    """A reply to a direct reply-to consumer: delivered at once, never stored; one of
+    another gateway's consumers (cluster): handed to the relay (gateway/cluster/replies.py)."""
+    replies = session.node.direct_replies
+    target = replies.lookup(publish.routing_key)
     if target is None:
-        return UNROUTED
+        relay = replies.relay  # in a cluster: the key may be another gateway's
+        tag = replies.remote_tag(publish.routing_key) if relay is not None else None
+        if relay is None or tag is None:
+            return UNROUTED
+        returns_to = publisher if publish.mandatory else None
+        body = publish.body
+        relayed = relay.forward(tag, publish.routing_key, properties_bytes, body, returns_to)
+        return RouteOutcome(None, [], True) if relayed else UNROUTED
     channel, consumer_tag = target
     channel.session.conn.send_deliver(
         channel.number,
@@ -275,6 +286,32 @@ def _direct_reply(session: Session, publish: Publish, properties_bytes: bytes) -
     )
     channel.session.mark_dirty()
     return RouteOutcome(None, [], True)
+
+
+def deliver_reply(
+    channel: ChannelState, consumer_tag: str, routing_key: str, properties: bytes, body: bytes
+) -> None:
+    """A reply relayed from another gateway, delivered as ``_direct_reply`` does."""
+    if channel.closing:
+        return
+    session = channel.session
+    session.conn.send_deliver(
+        channel.number, consumer_tag, channel.take_tag(), False, "", routing_key, properties, body
+    )
+    session.mark_dirty()
+
+
+def return_reply(
+    channel: ChannelState, routing_key: str, properties: bytes, body: bytes | bytearray
+) -> None:
+    """A mandatory reply relayed to a requester that was gone: 312 NO_ROUTE, as here."""
+    session = channel.session
+    session.node.stats.return_unroutable += 1
+    frames = frame_writer.return_(
+        channel.number, 312, "NO_ROUTE", "", routing_key, properties, body, session.conn.frame_max
+    )
+    session.conn.send_frames(channel.number, frames)
+    session.mark_dirty()
 
 
 def _partition(channel: ChannelState, queue: QueueRuntime) -> int:
