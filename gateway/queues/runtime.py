@@ -382,6 +382,10 @@ class QueueRuntime:
 
     async def _get(self) -> tuple[int, StoredMessage, bool] | None:
         taken = self.take()
+        if taken is None and self.leases is not None:
+            # Cluster: other gateways' publishes do not wake this one (only long-poll reads
+            # for consumers do), so an empty buffer is looked up at the broker each time.
+            self.exhausted = False
         while taken is None and not self.exhausted:
             await self.fill()
             taken = self.take()

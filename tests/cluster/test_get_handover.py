@@ -161,3 +161,19 @@ def test_a_stopped_gateway_gives_its_leases_up(cluster: Cluster) -> None:
     assert a.proc.wait(20) == 0  # a clean stop
     assert "delivery leases given up" in a.log()
     conn_b.close()
+
+
+def test_gets_on_the_holder_see_what_another_gateway_published_since(cluster: Cluster) -> None:
+    """A gateway holding the leases for gets found the queue's end once; a message published
+    through the other gateway afterwards is the next get's (before: get-empty for as long as
+    the gets kept the leases)."""
+    a, b = _two_gateways_and_a_queue(cluster)
+    conn_a, ch_a = connect(a)
+    assert len(_drain(ch_a)) == MESSAGES  # A holds the leases and has read to the end
+    conn_b, ch_b = connect(b)
+    ch_b.confirm_delivery()
+    ch_b.basic_publish("", QUEUE, b"later", pika.BasicProperties(delivery_mode=2))
+    method, _properties, body = ch_a.basic_get(QUEUE)
+    assert method is not None and body == b"later"
+    conn_b.close()
+    conn_a.close()
