@@ -101,6 +101,8 @@ def test_connection_controls_close_and_the_firehose_switch(
     dashboard.go("#/connections")
     row = f'#connections-table tr[data-name="{name}"]'
     assert dashboard.wait(lambda: dashboard.find(row).text).count("dash-client") == 1
+    node = next(c["node"] for c in connections if c["name"] == name)  # the gateway holding it
+    assert node in dashboard.text(f"{row} td:nth-child(5)")
 
     dashboard.click(f'{row} button[data-action="stop"]')
     dashboard.wait(lambda: gateway.admin("GET", control_path)[1].get("state") == "stopped")

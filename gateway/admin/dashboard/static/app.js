@@ -258,11 +258,11 @@
       const props = c.client_properties || {};
       const close = h("button", { type: "button", class: "danger", "data-close": c.name, text: "Close" });
       return h("tr", { "data-name": c.name },
-        cell(c.name), cell(props.connection_name || (props.product ? `${props.product} ${props.version || ""}` : "")), cell(c.user), cell(c.vhost),
+        cell(c.name), cell(props.connection_name || (props.product ? `${props.product} ${props.version || ""}` : "")), cell(c.user), cell(c.vhost), cell(c.node),
         cell(c.channels, "num"), cell(c.state), cell(controlText((c.mqgw || {}).control), "state"),
         h("td", {}, controlButtons(`/api/controls/connections/${enc(c.name)}`, `connection ${c.name}`)), h("td", {}, close));
     });
-    rebuild($("connections-table").tBodies[0], rows.length ? rows : [h("tr", {}, h("td", { colspan: "9", class: "muted", text: "No connections." }))]);
+    rebuild($("connections-table").tBodies[0], rows.length ? rows : [h("tr", {}, h("td", { colspan: "10", class: "muted", text: "No connections." }))]);
   }
   async function closeConnection(event) {
     const name = event.target.dataset.close;
