@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from meta import request_lists
 from meta.redis_conn import text
 from meta.redis_store import RedisMetadataStore
 
@@ -69,8 +70,6 @@ for i, key in ipairs(KEYS) do
 end
 return answers
 """
-# A request or answer nobody took is dropped after this (its asker gave up long before).
-REQUEST_KEEP_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -125,33 +124,13 @@ class ClusterViewStore:
             | {"reason": request.reason}
         )
 
-        async def send() -> None:
-            async with self._conn.client.pipeline(transaction=True) as pipe:
-                pipe.rpush(requests, body)
-                pipe.pexpire(requests, REQUEST_KEEP_MS)
-                await pipe.execute()
-
-        async def wait() -> str | None:
-            reply = await self._conn.client.blpop([answer], timeout=wait_s)
-            return None if reply is None else text(reply[1])
-
-        await self._conn.run(send)
-        return await self._conn.run(wait)
+        return await request_lists.ask(self._conn, requests, answer, body, wait_s)
 
     async def requests(self, gateway_id: str, wait_s: float) -> list[ViewRequest]:
         """The requests made to ``gateway_id``, waiting up to ``wait_s`` for the first."""
         key = self._keys.view_requests(gateway_id)
-
-        async def take() -> list[str]:
-            first = await self._conn.client.blpop([key], timeout=wait_s)
-            if first is None:
-                return []
-            rest = await self._conn.client.lpop(key, 100)  # None when there are no more
-            more = rest if isinstance(rest, list) else []
-            return [text(first[1]), *(text(r) for r in more)]
-
         found = []
-        for raw in await self._conn.run(take):
+        for raw in await request_lists.take(self._conn, key, wait_s):
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 parsed = json.loads(raw)
                 found.append(
@@ -165,15 +144,7 @@ class ClusterViewStore:
         return found
 
     async def answer(self, request_id: str, answer: str) -> None:
-        key = self._keys.view_answer(request_id)
-
-        async def send() -> None:
-            async with self._conn.client.pipeline(transaction=True) as pipe:
-                pipe.rpush(key, answer)
-                pipe.pexpire(key, REQUEST_KEEP_MS)
-                await pipe.execute()
-
-        await self._conn.run(send)
+        await request_lists.push(self._conn, self._keys.view_answer(request_id), answer)
 
     # --- consumer claims: who consumes a queue, and whether exclusively ---
 

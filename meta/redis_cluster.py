@@ -32,6 +32,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from meta import request_lists
 from meta.change_feed import Change
 from meta.cluster import (
     BrokerInfo,
@@ -87,8 +88,6 @@ return 1
 # A handed note outlives its lease this long: it only ever makes the next holder flag less,
 # and a note gone makes it flag what it cannot know about (as for a lease that lapsed).
 HANDED_NOTE_TTL_MS = 86_400_000
-# A request or an answer nobody took is dropped after this (its asker gave up long before).
-HAND_OVER_KEEP_MS = 10_000
 
 
 def _handed(note: str) -> HandedNote | None:
@@ -222,34 +221,13 @@ class RedisClusterRegistry(RedisStoreBase):
         requests = self._keys.hand_over_requests(holder)
         answer = self._keys.hand_over_answer(request_id)
         request = json.dumps({"id": request_id, "names": names})
-
-        async def ask() -> None:
-            async with self._conn.client.pipeline(transaction=True) as pipe:
-                pipe.rpush(requests, request)
-                pipe.pexpire(requests, HAND_OVER_KEEP_MS)
-                await pipe.execute()
-
-        async def wait() -> str | None:
-            reply = await self._conn.client.blpop([answer], timeout=wait_s)
-            return None if reply is None else text(reply[1])
-
-        await self._conn.run(ask)
-        return await self._conn.run(wait)
+        return await request_lists.ask(self._conn, requests, answer, request, wait_s)
 
     async def hand_over_requests(self, gateway_id: str, wait_s: float) -> list[HandOverRequest]:
         """The requests made to ``gateway_id``, waiting up to ``wait_s`` for the first."""
         key = self._keys.hand_over_requests(gateway_id)
-
-        async def take() -> list[str]:
-            first = await self._conn.client.blpop([key], timeout=wait_s)
-            if first is None:
-                return []
-            rest = await self._conn.client.lpop(key, 100)  # None when there are no more
-            more = rest if isinstance(rest, list) else []
-            return [text(first[1]), *(text(r) for r in more)]
-
         requests = []
-        for raw in await self._conn.run(take):
+        for raw in await request_lists.take(self._conn, key, wait_s):
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 parsed = json.loads(raw)
                 names = tuple(str(n) for n in parsed["names"])
@@ -257,15 +235,7 @@ class RedisClusterRegistry(RedisStoreBase):
         return requests
 
     async def answer_hand_over(self, request_id: str, answer: str) -> None:
-        key = self._keys.hand_over_answer(request_id)
-
-        async def send() -> None:
-            async with self._conn.client.pipeline(transaction=True) as pipe:
-                pipe.rpush(key, answer)
-                pipe.pexpire(key, HAND_OVER_KEEP_MS)
-                await pipe.execute()
-
-        await self._conn.run(send)
+        await request_lists.push(self._conn, self._keys.hand_over_answer(request_id), answer)
 
     def _hold_script(self, **call: Any) -> Any:
         return self._script("_hold_lease_script", _HOLD_LEASE)(**call)
