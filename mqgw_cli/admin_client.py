@@ -3,24 +3,34 @@ only, so the CLI starts fast): basic authentication, JSON in and out.
 
 ``call`` asks an ``AdminTarget`` (mqgw_cli/admin_target.py) and ``failure`` turns an error
 answer into one line naming the URL; a 404 from a server that is not mqgw (a RabbitMQ on the
-default port 15672, say) says so. ``admin_call`` is the plain form for tests and the bench.
+default port 15672, say) says so. ``ask`` is what a command runs: the target its arguments
+name, an exchange with it, and one line and an exit code when something fails.
+``admin_call`` is the plain form for tests and the bench.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
+import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mqgw_cli.admin_target import DEFAULT_ADMIN_URL
+from mqgw_cli.admin_target import DEFAULT_ADMIN_URL, AdminConfigError, AdminTarget, admin_target
 
-if TYPE_CHECKING:
-    from mqgw_cli.admin_target import AdminTarget
-
-__all__ = ["DEFAULT_ADMIN_URL", "AdminUnreachable", "Answer", "admin_call", "call", "failure"]
+__all__ = [
+    "DEFAULT_ADMIN_URL",
+    "AdminUnreachable",
+    "Answer",
+    "admin_call",
+    "ask",
+    "call",
+    "failure",
+]
 
 _PROBE_TIMEOUT_S = 5.0
 _REASON_CHARS = 200  # of an answer's text in a message (an HTML error page, say)
@@ -147,3 +157,24 @@ def failure(target: AdminTarget, answer: Answer) -> str:
         if other is not None:
             return f"{text}: {target.url} is not an mqgw admin API ({other}; {origin(target)})"
     return text
+
+
+def ask(
+    prog: str, args: argparse.Namespace, exchange: Callable[[AdminTarget], Answer]
+) -> Answer | int:
+    """``exchange`` with the admin API the arguments name, or the exit code once its one
+    line is printed: 2 when the request or the configuration is wrong, 1 when the API did
+    not answer or refused."""
+    try:
+        target = admin_target(args)
+        answer = exchange(target)
+    except (ValueError, AdminConfigError) as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
+    except AdminUnreachable as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 1
+    if answer.status >= 400:
+        print(f"{prog}: {failure(target, answer)}", file=sys.stderr)
+        return 1
+    return answer

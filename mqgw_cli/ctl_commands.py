@@ -19,16 +19,10 @@ import argparse
 import json
 import sys
 import urllib.parse
-from collections.abc import Callable
 from typing import Any
 
-from mqgw_cli.admin_client import AdminUnreachable, Answer, call, failure
-from mqgw_cli.admin_target import (
-    AdminConfigError,
-    AdminTarget,
-    add_admin_options,
-    admin_target,
-)
+from mqgw_cli.admin_client import Answer, ask, call
+from mqgw_cli.admin_target import AdminTarget, add_admin_options
 from mqgw_cli.switchover_command import add_switchover_command
 from mqgw_cli.vhost_limits_commands import add_vhost_limits_commands
 
@@ -90,27 +84,6 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
-def _ask(
-    prog: str, args: argparse.Namespace, exchange: Callable[[AdminTarget], Answer]
-) -> Answer | int:
-    """``exchange`` with the admin API the arguments name, or the exit code once its one
-    line is printed: 2 when the request or the configuration is wrong, 1 when the API did
-    not answer or refused."""
-    try:
-        target = admin_target(args)
-        answer = exchange(target)
-    except (ValueError, AdminConfigError) as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 2
-    except AdminUnreachable as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 1
-    if answer.status >= 400:
-        print(f"{prog}: {failure(target, answer)}", file=sys.stderr)
-        return 1
-    return answer
-
-
 def run_ctl(args: argparse.Namespace) -> int:
     def exchange(target: AdminTarget) -> Answer:
         if args.action == "list":
@@ -120,7 +93,7 @@ def run_ctl(args: argparse.Namespace) -> int:
             return call(target, "DELETE", path)
         return call(target, "PUT", path, _body(args))
 
-    answer = _ask(f"mqgw ctl {args.action}", args, exchange)
+    answer = ask(f"mqgw ctl {args.action}", args, exchange)
     if isinstance(answer, int):
         return answer
     if args.action == "list" and not args.json:
@@ -197,7 +170,7 @@ def run_trace(args: argparse.Namespace) -> int:
         body = {"description": vhost["description"], "tags": vhost["tags"]}
         return call(target, "PUT", path, {**body, "tracing": args.state == "on"})
 
-    answer = _ask(f"mqgw ctl trace {args.state}", args, exchange)
+    answer = ask(f"mqgw ctl trace {args.state}", args, exchange)
     if isinstance(answer, int):
         return answer
     print(f"tracing {args.state} for vhost '{args.vhost}'", file=sys.stderr)

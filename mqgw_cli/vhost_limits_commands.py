@@ -16,8 +16,8 @@ import sys
 import urllib.parse
 from typing import Any
 
-from mqgw_cli.admin_client import AdminUnreachable, Answer, call, failure
-from mqgw_cli.admin_target import AdminConfigError, AdminTarget, add_admin_options, admin_target
+from mqgw_cli.admin_client import Answer, ask, call
+from mqgw_cli.admin_target import AdminTarget, add_admin_options
 
 
 def _path(vhost: str, name: str = "") -> str:
@@ -53,23 +53,16 @@ def _change(target: AdminTarget, args: argparse.Namespace) -> Answer:
 
 
 def run_vhost_limits(args: argparse.Namespace) -> int:
-    prog = f"mqgw ctl {args.action}"
-    try:
+    def exchange(target: AdminTarget) -> Answer:
         if args.action == "set-vhost-limits":
             args.limits = json.loads(args.json)
             if not isinstance(args.limits, dict):
                 raise ValueError("JSON must be an object, e.g. '{\"max-queues\": 5}'")
-        target = admin_target(args)
-        answer = _change(target, args)
-    except (ValueError, AdminConfigError) as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 2
-    except AdminUnreachable as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 1
-    if answer.status >= 400:
-        print(f"{prog}: {failure(target, answer)}", file=sys.stderr)
-        return 1
+        return _change(target, args)
+
+    answer = ask(f"mqgw ctl {args.action}", args, exchange)
+    if isinstance(answer, int):
+        return answer
     done = "set" if args.action == "set-vhost-limits" else "cleared"
     print(f"vhost '{args.vhost}': limits {done}", file=sys.stderr)
     return 0
