@@ -5,7 +5,8 @@ test: ``cluster`` (redis-server, one `mqgw broker`, gateways added with `--meta`
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,20 +45,29 @@ def _stop_gateways(gateways: list[GatewayServer]) -> None:
         print(f"--- gateway {gateway.data_dir.name} log tail ---\n{gateway.log()[-6000:]}")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    redis = RedisServer(tmp_path / "redis").start()
-    broker = BrokerServer(
-        tmp_path / "broker", free_port(), tmp_path / "broker.log", "g1", "0", meta=redis.url
-    )
-    made = Cluster(tmp_path, redis, broker)
+@contextmanager
+def running_cluster(root: Path, gateways: Iterable[str] = ()) -> Iterator[Cluster]:
+    """Redis, one broker and ``gateways`` under ``root``, all stopped on the way out (module
+    fixtures share one among their tests)."""
+    redis = RedisServer(root / "redis").start()
+    broker = BrokerServer(root / "broker", free_port(), root / "broker.log", "g1", "0",
+                          meta=redis.url)  # fmt: skip
+    made = Cluster(root, redis, broker)
     try:
         broker.start()
+        for name in gateways:
+            made.add_gateway(name)
         yield made
     finally:
         _stop_gateways(made.gateways)
         broker.kill()
         redis.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with running_cluster(tmp_path) as made:
+        yield made
 
 
 GROUPS = ("g1", "g2")

@@ -20,12 +20,11 @@ import pika
 import pytest
 import redis
 
-from bench.servers import BrokerServer, GatewayServer, check_for, free_port
+from bench.servers import GatewayServer, check_for
 from gateway.features.direct_reply import gateway_tag
 from meta.redis_keys import RedisKeys
-from tests.cluster.conftest import Channel, Cluster, _stop_gateways, connect
+from tests.cluster.conftest import Channel, Cluster, connect, running_cluster
 from tests.cluster.test_serve_workers import Workers, workers  # noqa: F401 (a fixture)
-from tests.harness.redis_server import RedisServer
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 RPCS = 10_000
@@ -35,20 +34,8 @@ Returned = list[tuple[int, str, bytes]]
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Redis, a broker and gateways gwA (requesters) and gwB (responders), for the module."""
-    root = tmp_path_factory.mktemp("replies")
-    server = RedisServer(root / "redis").start()
-    broker = BrokerServer(root / "broker", free_port(), root / "broker.log", "g1", "0",
-                          meta=server.url)  # fmt: skip
-    made = Cluster(root, server, broker)
-    try:
-        broker.start()
-        made.add_gateway("gwA")
-        made.add_gateway("gwB")
+    with running_cluster(tmp_path_factory.mktemp("replies"), ("gwA", "gwB")) as made:
         yield made
-    finally:
-        _stop_gateways(made.gateways)
-        broker.kill()
-        server.stop()
 
 
 def _requester(gateway: GatewayServer) -> tuple[pika.BlockingConnection, Channel, list[Any]]:

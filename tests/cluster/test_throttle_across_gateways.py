@@ -23,15 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.servers import BrokerServer, GatewayServer, check_for, free_port
-from tests.cluster.conftest import Cluster, _stop_gateways
+from bench.servers import GatewayServer, check_for
+from tests.cluster.conftest import Cluster, running_cluster
 from tests.cluster.test_two_gateways import channel
 from tests.cluster.throttle_clients import (
     ConfirmPublisher,
     CountingConsumer,
     total_rate,
 )
-from tests.harness.redis_server import RedisServer
 
 WARM_UP_S = 2.0  # the shares settle within a few periods of 0.25 s
 TOLERANCE = 0.10
@@ -39,20 +38,8 @@ TOLERANCE = 0.10
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("three")
-    redis = RedisServer(root / "redis").start()
-    broker = BrokerServer(root / "broker", free_port(), root / "broker.log", "g1", "0",
-                          meta=redis.url)  # fmt: skip
-    made = Cluster(root, redis, broker)
-    try:
-        broker.start()
-        for name in ("gw1", "gw2", "gw3"):
-            made.add_gateway(name)
+    with running_cluster(tmp_path_factory.mktemp("three"), ("gw1", "gw2", "gw3")) as made:
         yield made
-    finally:
-        _stop_gateways(made.gateways)
-        broker.kill()
-        redis.stop()
 
 
 def fill(gateway: GatewayServer, queue: str, count: int) -> None:
