@@ -13,9 +13,12 @@ also on an exception or Ctrl-C.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import os
+import re
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +28,6 @@ from bench.load.runner import Target, console
 from bench.servers import GatewayServer, RabbitMQProcess
 from localcluster import control
 from localcluster.layout import Member, Shape
-from mqgw_cli.admin_client import admin_call
 
 CLUSTER_START_TIMEOUT_S = 60.0
 CLUSTER_STOP_TIMEOUT_S = 20.0
@@ -157,16 +159,28 @@ def cluster_side(root: Path, gateways: int, cap: CpuCap | None = None) -> Iterat
 
 
 def gateway_counters(admin_urls: dict[str, str]) -> Counters:
-    """Each gateway's publishes and deliveries so far (its /api/overview message_stats)."""
+    """Each gateway's own publishes and deliveries so far, from its /metrics (its
+    /api/overview counts the whole cluster, as a RabbitMQ node's does)."""
     counters: Counters = {}
     for name, url in admin_urls.items():
-        status, body = admin_call(url, "GET", "/api/overview", timeout_s=10)
-        stats = body.get("message_stats", {}) if status == 200 and isinstance(body, dict) else {}
+        request = urllib.request.Request(url.rstrip("/") + "/metrics")
+        request.add_header("authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                text = response.read().decode()
+        except OSError:
+            text = ""
         counters[name] = {
-            "publish": int(stats.get("publish", 0)),
-            "deliver": int(stats.get("deliver_get", 0)),
+            "publish": _metric(text, "rabbitmq_global_messages_received_total"),
+            "deliver": _metric(text, "rabbitmq_global_messages_delivered_total"),
         }
     return counters
+
+
+def _metric(text: str, name: str) -> int:
+    """The value of counter ``name`` in a Prometheus text page (0 when it is not there)."""
+    found = re.search(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M)
+    return int(float(found.group(1))) if found else 0
 
 
 def counters_delta(before: Counters, after: Counters) -> Counters:

@@ -214,11 +214,16 @@ def test_a_connection_held_by_another_gateway_is_stopped_through_any(three: Clus
     try:
         check_for(10, lambda: consumer.got > 0, what="deliveries on gw3")
         names: list[str] = []
+        port = consumer.conn.sock.getsockname()[1]  # an earlier test's may still be listed
 
         def listed() -> bool:  # another gateway's objects are up to 1 s old
             status, connections = three.gateways[0].admin("GET", "/api/connections")
             assert status == 200, connections
-            names[:] = [c["name"] for c in connections if c["node"] == "gw3"]
+            names[:] = [
+                c["name"]
+                for c in connections
+                if c["node"] == "gw3" and c["name"].startswith(f"127.0.0.1:{port} ->")
+            ]
             return len(names) == 1
 
         check_for(5, listed, what="gw3's connection in gw1's view")
