@@ -44,6 +44,12 @@ UNREACHABLE = (
 )
 
 
+def closed_transport(error: RuntimeError) -> bool:
+    """uvloop's answer to a write on a socket that Redis closed meanwhile: in effect a
+    ConnectionError (redis-py lets it through when the server goes away mid-connect)."""
+    return "handler is closed" in str(error)
+
+
 def text(value: str | bytes) -> str:
     """A reply as str (the client decodes replies; its types do not know that)."""
     return value if isinstance(value, str) else value.decode()
@@ -123,6 +129,10 @@ class RedisConnection:
                         await asyncio.sleep(random.uniform(0, 0.002 * min(conflicts, 20)))
                     continue
             except UNREACHABLE as error:
+                last_error = error
+            except RuntimeError as error:
+                if not closed_transport(error):
+                    raise
                 last_error = error
             await asyncio.sleep(max(0.0, min(backoff_s, deadline - loop.time())))
             backoff_s = min(backoff_s * 2, _BACKOFF_MAX_S)

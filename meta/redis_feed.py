@@ -28,7 +28,7 @@ from typing import Any
 from redis import exceptions as redis_errors
 
 from meta.change_feed import Change, ChangeEvent, Reload
-from meta.redis_conn import UNREACHABLE, RedisConnection, require_asyncio
+from meta.redis_conn import UNREACHABLE, RedisConnection, closed_transport, require_asyncio
 
 log = logging.getLogger("mqgw.meta")
 BLOCK_MS = 1000  # below the client's socket timeout (meta.redis_conn)
@@ -125,7 +125,9 @@ async def follow_changes(
     while True:
         try:
             snapshot = await read_snapshot(conn, stream, position)
-        except UNREACHABLE as error:
+        except (*UNREACHABLE, RuntimeError) as error:
+            if isinstance(error, RuntimeError) and not closed_transport(error):
+                raise
             if unreachable_since is None:
                 unreachable_since = loop.time()
                 log.warning(
@@ -153,3 +155,6 @@ async def follow_changes(
             await conn.client.xread({stream: position}, count=1, block=BLOCK_MS)
         except UNREACHABLE:
             continue
+        except RuntimeError as error:
+            if not closed_transport(error):
+                raise
