@@ -69,8 +69,6 @@ class Controls:
         self.node = node
         self._controls: dict[Key, ConsumptionControl] = {}
         self._buckets: dict[Key, ControlBuckets] = {}
-        # The total each shared bucket's share was last given for, (key, rate field) -> rate.
-        self._totals: dict[tuple[Key, str], float] = {}
         # Set while the cluster's shares cannot be divided again (Redis away): why they are
         # kept as they are (gateway/cluster/shares.py).
         self.share_note: str | None = None
@@ -137,7 +135,7 @@ class Controls:
         """Controls changed elsewhere (cluster mode): take the store's set and apply it."""
         controls = {c.key: c for c in await self.node.meta.list_controls()}
         for key in list(self._buckets):
-            self._rebucket(key, controls.get(key))
+            self._rebucket(key, self._controls.get(key), controls.get(key))
         self._controls = controls
         self.apply()
 
@@ -163,8 +161,8 @@ class Controls:
             await self.clear(key)
             return control
         await self.node.meta.put_control(control)
+        self._rebucket(key, current, control)
         self._controls[key] = control
-        self._rebucket(key, control)
         log.info(
             "control %s: %s, deliveries %s msgs/s %s bytes/s, publishes %s msgs/s %s bytes/s"
             " (set by %s)",
@@ -182,7 +180,7 @@ class Controls:
     async def clear(self, key: Key) -> bool:
         if self._controls.pop(key, None) is None:
             return False
-        self._rebucket(key, None)
+        self._buckets.pop(key, None)
         await self.node.meta.delete_control(*key)
         log.info("consumption control %s cleared", describe(key))
         self.apply()
@@ -257,10 +255,13 @@ class Controls:
             buckets = self._buckets[control.key] = ControlBuckets(*made)
         return buckets
 
-    def _rebucket(self, key: Key, control: ConsumptionControl | None) -> None:
-        """The control of ``key`` is now ``control`` (None: gone). A bucket is kept while its
-        rate is set, so what it earned and its share stay: a local one takes the new rate; a
-        shared one keeps its share of the new total until the next re-division."""
+    def _rebucket(
+        self, key: Key, before: ConsumptionControl | None, control: ConsumptionControl | None
+    ) -> None:
+        """The control of ``key`` goes from ``before`` to ``control`` (None: gone). A bucket
+        is kept while its rate is set, so what it earned and its share stay: a local one takes
+        the new rate; a shared one keeps its share of the new total until the next
+        re-division."""
         old = self._buckets.pop(key, None)
         if old is None or control is None:
             return
@@ -274,7 +275,7 @@ class Controls:
             elif bucket is None:
                 kept.append(TokenBucket(0.0 if shared else total, now))
             else:
-                old_total = self._totals.get((key, field))
+                old_total = getattr(before, field) if before is not None else None
                 if not shared:
                     bucket.set_rate(total, now)
                 elif old_total:
@@ -295,7 +296,6 @@ class Controls:
             for field, bucket in buckets.by_field().items():
                 total = getattr(control, field)
                 if bucket is not None and total is not None:
-                    self._totals[(key, field)] = total
                     found.append((key, field, float(total), bucket))
         return found
 

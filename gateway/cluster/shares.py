@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 
 import anyio
 
-from gateway.controls import Controls, Key
+from gateway.controls import Controls
 from gateway.queues.rate_limit import TokenBucket
 from meta.errors import MetadataUnavailable
 from meta.throttle_shares import ThrottleDemand
@@ -82,8 +82,9 @@ class ThrottleShares:
         self.controls = controls
         self.demand = demand
         self.gateway_id = gateway_id
-        self._spent: dict[tuple[Key, str], float] = {}  # what each bucket had spent before
-        self._before: dict[str, Use] = {}  # each rate's use over the period before
+        # Per rate: what its bucket had spent at the last exchange, and its use over the
+        # period before.
+        self._seen: dict[str, tuple[float, Use]] = {}
         self._last = time.monotonic()
         self.exchanges = 0
 
@@ -106,19 +107,19 @@ class ThrottleShares:
         totals: dict[str, tuple[float, TokenBucket]] = {}
         for key, field, total, bucket in buckets:
             name = json.dumps([*key, field])
-            spent = bucket.spent - self._spent.get((key, field), bucket.spent)
-            self._spent[(key, field)] = bucket.spent
+            spent_then, before = self._seen.get(name, (bucket.spent, None))
+            spent = bucket.spent - spent_then
             now_use = Use(spent / elapsed, bucket.short)
             bucket.short = False
             # Reported: the larger of this period and the one before, so that one quiet
             # period (a fill from the broker, a pause of the consumers) costs no share.
-            before = self._before.get(name, now_use)
-            self._before[name] = now_use
+            before = before or now_use
+            self._seen[name] = (bucket.spent, now_use)
             used, short = max(now_use.used, before.used), now_use.short or before.short
             mine[name] = [round(used, 3), 1.0 if short else 0.0]
             totals[name] = (total, bucket)
-        for gone in self._before.keys() - totals.keys():  # controls cleared since
-            del self._before[gone]
+        for gone in self._seen.keys() - totals.keys():  # controls cleared since
+            del self._seen[gone]
         try:
             reports = await self.demand.exchange(self.gateway_id, json.dumps(mine), FRESH_MS)
         except MetadataUnavailable as error:
