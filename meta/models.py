@@ -150,6 +150,29 @@ class ConsumptionControl(_Model):
         return self.state is None and all(rate is None for rate in rates)
 
 
+class GrayMatch(_Model):
+    """Which connections a gray rule applies to; every key given must match (none: all)."""
+
+    connection_name: str | None = None  # a glob on the client's connection_name
+    user: str | None = None
+    address: str | None = None  # the client's address, or a CIDR block
+
+
+class GrayRule(_Model):
+    """An operator's gray release rule (gateway/features/gray.py): the matching connections
+    are gray (or not), whatever their client property says. ``switch`` False turns gray
+    handling off for them (they consume every partition); ``drain`` with ``gray`` False moves
+    their consumers back to normal partitions only once the gray ones they read are drained.
+    """
+
+    name: str
+    match: GrayMatch = Field(default_factory=GrayMatch)
+    gray: bool = True
+    switch: bool | None = None
+    drain: bool = False
+    set_at: str = ""  # ISO 8601, UTC: when the rule was last set (a drain counts from it)
+
+
 class _WithArguments(_Model):
     arguments: dict[str, Any] = Field(default_factory=dict)
     argument_types: dict[str, str] = Field(default_factory=dict)

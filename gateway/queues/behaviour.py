@@ -38,6 +38,9 @@ class QueueBehaviour:
     # x-dead-letter-strategy at-least-once (gateway/queues/dead_letter.py): RabbitMQ applies it to
     # quorum queues with x-overflow reject-publish and a dead-letter exchange only.
     dead_letter_at_least_once: bool = False
+    # Gray release (gateway/queues/gray_lanes.py): the first ceil(K/2) and last floor(K/2)
+    # partitions carry gray traffic; 0 is none.
+    gray_partitions: int = 0
 
     @property
     def has_limits(self) -> bool:
@@ -66,6 +69,14 @@ def _smaller(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return min(a, b)
+
+
+def _gray_partitions(argument: Any, policy: Any) -> int:
+    """The argument wins over the policy (as RabbitMQ prefers arguments for non-limits)."""
+    chosen = _int(argument)
+    if chosen is None:
+        chosen = _int(policy)
+    return chosen if chosen is not None and chosen > 0 else 0
 
 
 def behaviour_of(
@@ -109,6 +120,7 @@ def behaviour_of(
         and strategy == "at-least-once"
         and overflow == "reject-publish"
         and dlx is not None,
+        gray_partitions=_gray_partitions(arg("mqgw-gray-partitions"), pol.get("gray-partitions")),
         counts_deliveries=quorum
         or _int(arg("delivery-limit")) is not None
         or _int(pol.get("delivery-limit")) is not None,
