@@ -19,6 +19,7 @@ from gateway.controls import Controls
 from gateway.features.broadcast import Broadcasts
 from gateway.features.delayed_exchange import DELAYED_KIND, DelayedDelivery
 from gateway.features.direct_reply import DirectReplies
+from gateway.features.gray import GrayRegistry
 from gateway.features.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
 from gateway.features.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
 from gateway.node import metadata_sync
@@ -110,6 +111,8 @@ class Node:
         # counted there.
         self.vhost_limits: dict[str, VHostLimits] = {}
         self.connections_to_uncount: set[tuple[str, str]] = set()
+        # Gray release rules (gateway/features/gray.py), kept by the change feed.
+        self.gray = GrayRegistry()
 
     def admit(self, session: Session) -> bool:
         """max_connections_per_address: refuse a socket from an address already at the cap

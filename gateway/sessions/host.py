@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gateway.controls import Controls
     from gateway.features.broadcast import Broadcasts
     from gateway.features.direct_reply import DirectReplies
+    from gateway.features.gray import GrayRegistry
     from gateway.features.log_timer import LogTimer
     from gateway.observe.stats import NodeStats
     from gateway.observe.tracing import Tracing
@@ -77,6 +78,8 @@ class SessionHost(Protocol):
     def connections_to_uncount(self) -> MutableSet[tuple[str, str]]: ...
     @property
     def vhost_limits(self) -> Mapping[str, VHostLimits]: ...
+    @property
+    def gray(self) -> GrayRegistry: ...
 
     open_connections: int
     next_resource_look: int
