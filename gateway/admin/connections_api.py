@@ -62,7 +62,10 @@ def connection_json(node: Node, session: Session) -> dict[str, Any]:
         "channel_max": session.conn.channel_max,
         "timeout": session.conn.heartbeat_s,
         "type": "network",
-        "mqgw": {"control": node.controls.effective_for_session(session)},
+        "mqgw": {
+            "control": node.controls.effective_for_session(session),
+            "gray": node.gray.describe(session),
+        },
     }
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
-import random
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from gateway.admin.queues_api import permit as permit_on
 from gateway.admin.queues_api import visible_vhost
 from gateway.admin.topology_api import DEFAULT_EXCHANGE_ALIAS, Json
 from gateway.amqp.events import decode_properties
+from gateway.features.gray import marked_gray
 from meta.models import User
 from storage import Record
 from storage.record import EXPIRES, PERSISTENT
@@ -132,7 +132,8 @@ def routes(node: Node) -> APIRouter:
         flags = (PERSISTENT if delivery_mode == 2 else 0) | (
             EXPIRES if "expiration" in properties else 0
         )
-        destinations = tuple((q.queue_id, random.randrange(q.partitions)) for q in queues)
+        gray = marked_gray(properties.get("headers"))
+        destinations = tuple((q.queue_id, q.pick_partition(gray)) for q in queues)
         now_ms = time.time_ns() // 1_000_000
         record = Record(
             exchange.encode(), routing_key.encode(), property_bytes, payload, destinations,

@@ -47,6 +47,7 @@ RABBITMQ: dict[str, tuple[str, str]] = {
     "max_message_size_bytes": ("`max_message_size` (128 MiB in 3.x, 16 MiB in 4.x)", ""),
     "max_connections": ("`connection_max` (infinity)", ""),
     "queue_partitions": ("-", ""),
+    "gray_header": ("-", ""),
     "push_tasks": ("-", ""),
     "push_quota": ("-", ""),
     "consumer_timeout_ms": ("`consumer_timeout` (1800000)", ""),

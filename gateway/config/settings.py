@@ -40,6 +40,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gateway.amqp.channel import MAX_MSG_SIZE
 from gateway.config.logging_setup import check_category, level_number, parse_rotation
+from meta.partitions import check_policy_definition
 from storage import FlushPolicy, StoreConfig
 from storage.config import largest_record_in, max_record_bytes_for
 
@@ -90,6 +91,12 @@ class PolicySetting(BaseModel):
     @classmethod
     def _hyphens(cls, data: Any) -> Any:
         return underscore_keys(data)
+
+    @field_validator("definition")
+    @classmethod
+    def _partition_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_policy_definition(value)  # as PUT /api/policies checks them
+        return value
 
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical", "none"]
@@ -151,6 +158,9 @@ class GatewaySettings(BaseSettings):
     )
     max_connections: int = Field(0, ge=0, description="connections per node (0: unlimited)")
     queue_partitions: int = _positive("log partitions per new queue", 1)
+    gray_header: str = Field(
+        "x-gray", min_length=1, description="message header marking a message gray (gray release)"
+    )
     push_tasks: int = _positive("push scheduler tasks, whatever the number of queues", 2)
     push_quota: int = _positive("deliveries per queue per scheduler turn", 64)
     consumer_timeout_ms: int = Field(

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import Publish, decode_properties, frame_writer
+from gateway.features.gray import marked_gray
 from gateway.features.log_timer import LogTimer, TimerItem, TimerMessage
 from gateway.routing import strip_bcc
 from meta.errors import MetaError
@@ -155,12 +155,8 @@ def _deliverable(vhost: VhostPort, m: TimerMessage) -> Record | None:
     if headers and "BCC" in headers:
         properties.headers = strip_bcc(dict(headers))
         properties_bytes = frame_writer.encode_properties(properties)
-    destinations = tuple((q.queue_id, _partition(q.partitions)) for q in queues)
+    gray = marked_gray(headers)  # a held gray message keeps its color when it fires
+    destinations = tuple((q.queue_id, q.pick_partition(gray)) for q in queues)
     return Record(
         m.exchange, m.routing_key, properties_bytes, m.body, destinations, m.born_ts_ms, m.flags
     )
-
-
-def _partition(partitions: int) -> int:
-    # Delivery merges a queue's partitions by commit offset, so any partition keeps order.
-    return 0 if partitions == 1 else random.randrange(partitions)

@@ -17,6 +17,7 @@ from gateway.queues.behaviour import QueueBehaviour
 from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
+from gateway.queues.gray_lanes import GrayLanesRuntime
 from gateway.queues.priority import PriorityQueueRuntime
 from gateway.queues.priority_index import max_priority_of
 from gateway.queues.runtime import QueueRuntime
@@ -34,6 +35,14 @@ def runtime_class(definition: QueueDef) -> type[QueueRuntime]:
     classic = queue_type_of(definition) == DEFAULT_QUEUE_TYPE
     if classic and max_priority_of(definition.arguments) is not None:
         return PriorityQueueRuntime
+    if (
+        classic
+        and definition.partitions > 1
+        and definition.arguments.get(SINGLE_ACTIVE_ARG) is not True
+        and definition.arguments.get("x-consume-mode") != "broadcast"
+    ):
+        # May get gray partitions (a policy can add them later); none costs nothing there.
+        return GrayLanesRuntime
     return QueueRuntime
 
 

@@ -42,6 +42,7 @@ from gateway.features.stream_offset import (
     parse_stream_offset,
     start_offset,
 )
+from gateway.queues.consumer import LANE_ALL
 from gateway.queues.runtime import FETCH_BATCH, PumpResult, QueueRuntime
 from meta.checks import queue_type_of
 from meta.errors import resource_name
@@ -153,7 +154,9 @@ class StreamSubscription(BroadcastSubscription):
         self.cursors[0] = max(self.cursors[0], self.queue.cursors[0])
         await super().fill()
 
-    def take(self, now_ms: int | None = None) -> tuple[int, StoredMessage, bool] | None:
+    def take(
+        self, now_ms: int | None = None, lane: int = LANE_ALL
+    ) -> tuple[int, StoredMessage, bool] | None:
         taken = self._pop_head()
         if taken is None:
             return None

@@ -18,6 +18,13 @@ if TYPE_CHECKING:
 
 C_contra = TypeVar("C_contra", contravariant=True)
 
+# Which partitions of a queue with gray partitions a consumer reads (gateway/queues/gray_lanes.py):
+# the normal ones, the gray ones, or all of them (gray handling switched off). A queue
+# without gray partitions delivers every partition to every consumer.
+LANE_NORMAL = 0
+LANE_GRAY = 1
+LANE_ALL = 2
+
 
 class DeliverySink(Protocol[C_contra]):
     """The connection a consumer belongs to: where its deliveries are written. Generic in the
@@ -49,6 +56,10 @@ class QueueConsumer(Protocol):
     def no_ack(self) -> bool: ...
     @property
     def exclusive(self) -> bool: ...
+    @property
+    def lane(self) -> int:
+        """LANE_NORMAL, LANE_GRAY or LANE_ALL: its connection's gray state."""
+
     @property
     def sink(self) -> DeliverySink[Self]:
         """The connection that delivers to it (the session, in the gateway)."""

@@ -44,6 +44,7 @@ import anyio
 from gateway.queues import repositioning
 from gateway.queues.behaviour import QueueBehaviour
 from gateway.queues.clock import SYSTEM_CLOCK, Clock
+from gateway.queues.consumer import LANE_ALL
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.priority_index import Level, firsts, max_priority_of, message_priority
@@ -101,7 +102,7 @@ class PriorityQueueRuntime(QueueRuntime):
             return level.returned[0][2]
         return level.loaded[0][1] if level.loaded else None
 
-    def _pop_head(self) -> tuple[int, StoredMessage, bool] | None:
+    def _pop_head(self, lane: int = LANE_ALL) -> tuple[int, StoredMessage, bool] | None:
         mask = self._nonempty
         if not mask or self.scanning:
             return None
@@ -131,7 +132,7 @@ class PriorityQueueRuntime(QueueRuntime):
             await self.fill()
         return self._peek_head()
 
-    async def _get(self) -> tuple[int, StoredMessage, bool] | None:
+    async def _get(self, lane: int = LANE_ALL) -> tuple[int, StoredMessage, bool] | None:
         if not self.exhausted:  # published since the last scan: it may outrank the head
             await self.fill()
         return await super()._get()

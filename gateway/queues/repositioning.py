@@ -83,8 +83,7 @@ async def reset_to_time(queue: QueueRuntime, ts_ms: int) -> list[tuple[int, int]
     for p in range(queue.partitions):
         target = await queue.store.offset_for_time(queue.queue_id, p, ts_ms)
         moves.append((before[p], target))
-    queue.buffer.clear()
-    queue.requeued.clear()
+    queue.clear_held()
     queue.returns.clear()
     queue.cursors = [to for _, to in moves]
     stats = await queue.store.queue_stats(queue.queue_id)
@@ -105,8 +104,7 @@ async def purge(queue: QueueRuntime) -> int:
     purged = await queue.store.purge(queue.queue_id)
     if not queue.holds_all_leases():  # cluster: another gateway delivers; the broker knows
         count = purged
-    queue.buffer.clear()
-    queue.requeued.clear()
+    queue.clear_held()
     stats = await queue.store.queue_stats(queue.queue_id)
     queue.cursors = [s.max_offset for s in stats.partitions]
     queue.ready_count = queue.ready_bytes = 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
@@ -38,6 +39,7 @@ from gateway.amqp import Publish
 from gateway.queues import repositioning
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
 from gateway.queues.clock import SYSTEM_CLOCK, Clock
+from gateway.queues.consumer import LANE_ALL
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.dead_lettering import DeadLettering, stamped
@@ -98,6 +100,9 @@ class QueueRuntime:
         self.name = definition.name
         self.queue_id = definition.queue_id
         self.partitions = definition.partitions
+        # The gray partitions (gateway/queues/gray_lanes.py) and the rest; no gray ones: ().
+        self.gray_parts: tuple[int, ...] = ()
+        self.normal_parts: tuple[int, ...] = tuple(range(self.partitions))
         self.store = store
         self.behaviour = behaviour or behaviour_of(definition.arguments)
         # Who gets the next message (single active consumer is a choice too); the list is
@@ -240,6 +245,18 @@ class QueueRuntime:
         if wake and self.wake is not None:
             self.wake(self)
 
+    def pick_partition(self, gray: bool = False) -> int:
+        """Where a message without a sticky channel goes: any partition (delivery merges
+        them by commit offset), or, where the queue has gray ones, one of its lane's."""
+        if self.partitions == 1:
+            return 0
+        if self.gray_parts:
+            return random.choice(self.gray_parts if gray else self.normal_parts)
+        return random.randrange(self.partitions)
+
+    def consumers_changed(self) -> None:
+        """A consumer's gray state changed (gateway/queues/gray_lanes.py sorts them again)."""
+
     @property
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)
@@ -316,7 +333,8 @@ class QueueRuntime:
         """Messages buffered or still in the store: worth a turn when credit comes back."""
         return self.has_buffered() or not self.exhausted
 
-    def _pop_head(self) -> tuple[int, StoredMessage, bool] | None:
+    def _pop_head(self, lane: int = LANE_ALL) -> tuple[int, StoredMessage, bool] | None:
+        """The head (``lane``: of those partitions, for a queue with gray partitions)."""
         if self.requeued:
             _, partition, message = heapq.heappop(self.requeued)
             return partition, message, True
@@ -332,14 +350,17 @@ class QueueRuntime:
             return self.buffer[0][1]
         return None
 
-    def take(self, now_ms: int | None = None) -> tuple[int, StoredMessage, bool] | None:
-        """Next message to hand out: (partition, message, redelivered).
+    def take(
+        self, now_ms: int | None = None, lane: int = LANE_ALL
+    ) -> tuple[int, StoredMessage, bool] | None:
+        """Next message to hand out: (partition, message, redelivered); ``lane``: from the
+        gray or the normal partitions only (gateway/queues/gray_lanes.py).
 
         Expired messages met at the head on the way leave the queue (a TTL of 0 still lets a
         message go to a consumer that can take it at once, as in RabbitMQ).
         """
         while True:
-            taken = self._pop_head()
+            taken = self._pop_head(lane)
             if taken is None:
                 return None
             partition, message, redelivered = taken
@@ -372,23 +393,24 @@ class QueueRuntime:
                 or message.queue_offset < self.maybe_delivered[partition],
             )
 
-    async def get(self) -> tuple[int, StoredMessage, bool] | None:
-        """basic.get: take the next message, reading from the store if need be."""
+    async def get(self, lane: int = LANE_ALL) -> tuple[int, StoredMessage, bool] | None:
+        """basic.get: take the next message, reading from the store if need be (``lane``:
+        the getter's, for a queue with gray partitions)."""
         self.getting += 1  # cluster: no lease hand-over while a get reads
         try:
-            return await self._get()
+            return await self._get(lane)
         finally:
             self.getting -= 1
 
-    async def _get(self) -> tuple[int, StoredMessage, bool] | None:
-        taken = self.take()
+    async def _get(self, lane: int = LANE_ALL) -> tuple[int, StoredMessage, bool] | None:
+        taken = self.take(lane=lane)
         if taken is None and self.leases is not None:
             # Cluster: other gateways' publishes do not wake this one (only long-poll reads
             # for consumers do), so an empty buffer is looked up at the broker each time.
             self.exhausted = False
         while taken is None and not self.exhausted:
             await self.fill()
-            taken = self.take()
+            taken = self.take(lane=lane)
         return taken
 
     async def fill(self) -> None:
@@ -399,13 +421,22 @@ class QueueRuntime:
             self.fed = False
             if self.exhausted:
                 return
-        fetched: list[list[tuple[int, StoredMessage]]] = []
-        ends: list[tuple[int, int, int]] = []  # (partition, min, end) as this fill's reads saw
-        more = False
         # Not caught up while a read is in flight: a remote read yields, and an append
         # absorbed meanwhile (caught_up) would come back in this read too, twice.
         self.exhausted = False
-        for p in range(self.partitions):
+        read, ends, more = await self._read_partitions(range(self.partitions))
+        self.buffer.extend(read)
+        self._filled(ends, more)
+
+    async def _read_partitions(
+        self, partitions: Iterable[int]
+    ) -> tuple[Iterable[tuple[int, StoredMessage]], list[tuple[int, int, int]], bool]:
+        """One batch from each of ``partitions`` past its cursor, merged by commit offset;
+        the (partition, min, end) each read saw; whether any has more past the batch."""
+        fetched: list[list[tuple[int, StoredMessage]]] = []
+        ends: list[tuple[int, int, int]] = []  # (partition, min, end) as this fill's reads saw
+        more = False
+        for p in partitions:
             start = self.cursors[p]
             result = await self.store.read(self.queue_id, p, start, FETCH_BATCH)
             if self.cursors[p] != start:
@@ -423,16 +454,16 @@ class QueueRuntime:
                 if start < self.restart_below[p]:
                     messages = self._without_lost_transients(p, messages)
                 fetched.append([(p, m) for m in messages])
+        if len(fetched) <= 1:
+            return (fetched[0] if fetched else ()), ends, more
+        return heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset), ends, more
+
+    def _filled(self, ends: list[tuple[int, int, int]], more: bool) -> None:
         # Reached the end of every partition: nothing to fetch until a publish wakes us
         # (saves an empty turn per message when thousands of queues each get a trickle).
         self.exhausted = not more
         if not more and self.on_exhausted is not None:
             self.on_exhausted(self)
-        if fetched:
-            if len(fetched) == 1:
-                self.buffer.extend(fetched[0])
-            else:
-                self.buffer.extend(heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset))
         if self.leases is not None:
             # Cluster: other gateways' publishes were never counted in here at routing, so
             # the count comes from the ends this fill saw (flow control and drop-head read
@@ -459,7 +490,16 @@ class QueueRuntime:
         """Ready messages, given the store's (partition, min offset, end offset): what lies
         past this queue's read positions, and what it holds in hand (buffer, requeued)."""
         unfetched = sum(max(0, end - max(self.cursors[p], low)) for p, low, end in ends)
-        return unfetched + len(self.buffer) + len(self.requeued)
+        return unfetched + self.held_count()
+
+    def held_count(self) -> int:
+        """Messages read from the store and not handed out (buffered or requeued)."""
+        return len(self.buffer) + len(self.requeued)
+
+    def clear_held(self) -> None:
+        """Forget what was read and not handed out (purge, reset: positions move)."""
+        self.buffer.clear()
+        self.requeued.clear()
 
     async def ready_in_store(self) -> int:
         """``_ready_at`` against the store's current ends (a store call)."""
@@ -757,8 +797,7 @@ class QueueRuntime:
         self.maybe_delivered[partition] = _delivered_before(part, handed)
         self.ready_count = (
             sum(max(0, s.max_offset - self.cursors[s.partition]) for s in stats.partitions)
-            + sum(1 for _ in self.buffer)
-            + len(self.requeued)
+            + self.held_count()
         )
         self.exhausted = False
         self.set_lease(partition, True)

@@ -36,6 +36,11 @@ class Consumer:
     def __post_init__(self) -> None:
         self.sink = self.channel.session
 
+    @property
+    def lane(self) -> int:
+        """Which partitions of a queue with gray ones it reads: its connection's gray state."""
+        return self.sink.gray_lane
+
     def has_credit(self) -> bool:
         # Rate limits last: a bucket found empty here marks real demand (cluster shares
         # follow it).

@@ -84,6 +84,7 @@ async def serve_connection(node: SessionHost, stream: ByteStream) -> None:
                 session.close_reason = _gone(session, "client went away")
             await session.release()
         node.sessions.discard(session)
+        node.gray.detach(session)
 
 
 _DISCONNECTS = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)

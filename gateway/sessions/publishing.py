@@ -16,6 +16,7 @@ from gateway.amqp import Publish, frame_writer
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
 from gateway.features.delayed_exchange import delay_of, hold
 from gateway.features.direct_reply import REPLY_PREFIX, REPLY_QUEUE
+from gateway.features.gray import marked_gray
 from gateway.queues.runtime import QueueRuntime
 from gateway.routing import UnknownExchange, strip_bcc
 from meta.models import DELAYED_MESSAGE_EXCHANGE_TYPE
@@ -129,7 +130,9 @@ def route_publish(
             and queue.deliver_now("", publish.routing_key, properties_bytes, publish.body, now_ms)
         ):
             return DELIVERED
-        return _record(channel, publish, properties_bytes, [queue], delivery_mode, flags, now_ms)
+        return _record(
+            channel, publish, properties_bytes, [queue], delivery_mode, flags, now_ms, False
+        )
     try:
         result = vhost.router.route(
             publish.exchange,
@@ -143,7 +146,10 @@ def route_publish(
             f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
         ) from None
     queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]
-    outcome = _record(channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms)
+    marked = headers is not None and marked_gray(headers, session.node.settings.gray_header)
+    outcome = _record(
+        channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms, marked
+    )
     if result.held_by:
         assert headers is not None  # only a message with an x-delay is held
         record_flags = _record_flags(delivery_mode, flags)
@@ -164,6 +170,7 @@ def _record(
     delivery_mode: int,
     property_flags: int,
     now_ms: int,
+    marked: bool,  # the headers carry the gray marker
 ) -> RouteOutcome:
     if not queues:
         return UNROUTED
@@ -179,10 +186,10 @@ def _record(
             break
     if len(queues) == 1:
         queue = queues[0]
-        partition = 0 if queue.partitions == 1 else _partition(channel, queue)
+        partition = 0 if queue.partitions == 1 else _partition(channel, queue, marked)
         destinations: tuple[tuple[int, int], ...] = ((queue.queue_id, partition),)
     else:
-        destinations = tuple((q.queue_id, _partition(channel, q)) for q in queues)
+        destinations = tuple((q.queue_id, _partition(channel, q, marked)) for q in queues)
     if not channel.tx_mode:  # tx publishes count once tx.commit has stored them
         for queue in queues:
             queue.count_in(size, record_flags)
@@ -314,12 +321,26 @@ def return_reply(
     session.mark_dirty()
 
 
-def _partition(channel: ChannelState, queue: QueueRuntime) -> int:
-    """Sticky per channel: keeps RabbitMQ's per-channel FIFO into a partitioned queue."""
+def _partition(channel: ChannelState, queue: QueueRuntime, marked: bool) -> int:
+    """Sticky per channel: keeps RabbitMQ's per-channel FIFO into a partitioned queue (into
+    each lane of a queue with gray partitions: gray publishers and marked messages go to
+    the gray ones, the rest to the others)."""
     if queue.partitions == 1:
         return 0
+    if queue.gray_parts:
+        return _lane_partition(channel, queue, marked or channel.session.gray_publish)
     partition = channel.queue_partition.get(queue.queue_id)
     if partition is None:
         partition = random.randrange(queue.partitions)
         channel.queue_partition[queue.queue_id] = partition
+    return partition
+
+
+def _lane_partition(channel: ChannelState, queue: QueueRuntime, gray: bool) -> int:
+    key = ~queue.queue_id if gray else queue.queue_id  # one sticky partition per lane
+    parts = queue.gray_parts if gray else queue.normal_parts
+    partition = channel.queue_partition.get(key)
+    if partition is None or partition not in parts:  # new, or K changed since
+        partition = queue.pick_partition(gray)
+        channel.queue_partition[key] = partition
     return partition

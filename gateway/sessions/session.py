@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,6 +35,7 @@ from gateway.amqp import (
 )
 from gateway.amqp.errors import InternalError, NotAllowed, NotFound
 from gateway.amqp.sasl import EXTERNAL
+from gateway.queues.consumer import LANE_NORMAL
 from gateway.queues.rate_limit import Limits
 from gateway.queues.runtime import QueueRuntime
 from gateway.sessions.access import NO_GRANTS, Grants
@@ -98,6 +99,9 @@ class Session:
         self.impersonator = False
         # Firehose or OpenTelemetry on (gateway/sessions/taps.py); None: nothing traced, no cost.
         self.tap: SessionTap | None = None
+        # Gray release (gateway/features/gray.py): set by the node's gray registry.
+        self.gray_publish = False
+        self.gray_lane = LANE_NORMAL
         send, receive = anyio.create_memory_object_stream[ConfirmItem](256)
         self._confirm_send: MemoryObjectSendStream[ConfirmItem] = send
         self.confirm_receive: MemoryObjectReceiveStream[ConfirmItem] = receive
@@ -138,6 +142,11 @@ class Session:
         self.pending_bytes = 0
         self.sending_bytes = sum(map(len, parts))
         return parts
+
+    def consumed_queues(self) -> Iterator[QueueRuntime]:
+        """The queues this connection's consumers read (gray release)."""
+        for channel in self.channels.values():
+            yield from channel.queues_with_consumers()
 
     def sent(self) -> None:
         """The writer's send finished; resume deliveries once the backlog is low again."""
@@ -312,6 +321,7 @@ class Session:
         self.opened = True
         self.vhost_opened.set()
         self.node.controls.attach_session(self)
+        self.node.gray.attach(self)
         self.node.open_connections += 1
         log.info(
             "accepting AMQP connection %s (user '%s', vhost '%s')",
