@@ -5,7 +5,6 @@ normal consumers read the rest, and every message arrives once (docs/gray.md).""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,10 +141,31 @@ def test_gray_partitions_show_per_partition_in_the_queue_api(gateway: GatewayPro
     publish(gateway.url, "shown", "gray", 7, gray=True)
     status, stats = gateway.admin("GET", "/api/queues/%2F/shown")
     assert status == 200
-    parts = stats["partition_detail"]
+    parts = stats["mqgw"]["partition_details"]
     assert [p["gray"] for p in parts] == [True, False, False, False, False, True]
-    assert sum(p["messages_ready"] for p in parts if p["gray"]) == 7
-    assert json.dumps(parts)  # plain JSON
+    assert sum(p["depth"] for p in parts if p["gray"]) == 7
+    assert sum(p["depth"] for p in parts) == 7
+    assert stats["gray_partitions"] == 2 and stats["partitions"] == 6
+
+    async def with_a_canary() -> list[int]:
+        conn = await aio_pika.connect(gateway.url, client_properties={"mqgw-gray": True})
+        async with conn:
+            channel = await conn.channel()
+            await channel.set_qos(prefetch_count=1)
+            q = await channel.get_queue("shown", ensure=False)
+            taken = asyncio.Event()
+
+            async def hold(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                taken.set()  # not acked: it stays in the depth
+
+            await q.consume(hold)
+            await asyncio.wait_for(taken.wait(), 10)
+            _, stats = gateway.admin("GET", "/api/queues/%2F/shown")
+            parts = stats["mqgw"]["partition_details"]
+            assert sum(p["depth"] for p in parts) == 7  # one unacked, six ready
+            return [p["consumers"] for p in parts]
+
+    assert asyncio.run(with_a_canary()) == [1, 0, 0, 0, 0, 1]
 
 
 def gray_state(gateway: GatewayProcess, client_name: str) -> dict[str, Any]:
