@@ -52,6 +52,7 @@ QUEUE_TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
         "x-max-redeliveries",
         "x-max-age",
         "x-disk-overflow",
+        "x-mqgw-partitions",
     ),
     "quorum": (
         "x-dead-letter-exchange",
@@ -75,6 +76,7 @@ QUEUE_TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
         "x-delayed-retry-type",
         "x-delayed-retry-min",
         "x-delayed-retry-max",
+        "x-mqgw-partitions",  # mqgw's: the partitions are fixed at creation
     ),
     "stream": (
         "x-max-length-bytes",
@@ -84,6 +86,7 @@ QUEUE_TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
         "x-stream-filter-size-bytes",
         "x-initial-cluster-size",
         "x-queue-leader-locator",
+        "x-mqgw-partitions",
     ),
 }
 EXCHANGE_EQUIVALENCE_ARGUMENTS = ("alternate-exchange",)

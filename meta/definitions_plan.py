@@ -54,6 +54,13 @@ from meta.models import (
     User,
     VHostLimits,
 )
+from meta.partitions import (
+    PolicyInvalid,
+    check_policy_definition,
+    check_policy_on_queues,
+    initial_partitions,
+    policy_in_force,
+)
 from meta.password import (
     ALGORITHMS,
     MD5_ALGORITHM,
@@ -130,12 +137,14 @@ class _Planner:
         scope: str | None,
         exchange_types: frozenset[str],
         max_topic_hash_wildcards: int | None,
+        default_partitions: int,
     ) -> None:
         self.doc = doc
         self.store = store
         self.scope = scope  # the vhost of a per-vhost import
         self.exchange_types = exchange_types
         self.max_topic_hash_wildcards = max_topic_hash_wildcards
+        self.default_partitions = default_partitions  # the node's queue_partitions
         self.plan = ImportPlan()
         self.errors: list[str] = []
         self.node_vhosts: set[str] = {scope} if scope is not None else set()
@@ -143,6 +152,8 @@ class _Planner:
         self.users: dict[str, tuple[User, str | None]] = {}  # valid users of the file
         self.permissions: dict[tuple[str, str], Permission] = {}
         self.policies: dict[tuple[str, str], Policy] = {}
+        self.in_force: dict[str, list[Policy]] = {}  # vhost -> its policies after the import
+        self.queues_on_node: dict[str, list[QueueDef]] = {}
         self.limits: dict[str, VHostLimits] = {}
         self.exchanges: dict[tuple[str, str], ExchangeDef] = {}  # created by this file
         self.queues: dict[tuple[str, str], QueueDef] = {}
@@ -241,7 +252,30 @@ class _Planner:
         _check_name("policy", entry.name)
         _check_regex(".pattern", entry.pattern)
         data = entry.model_dump(by_alias=True)
-        self.policies[(vhost, entry.name)] = Policy.model_validate({**data, "vhost": vhost})
+        policy = Policy.model_validate({**data, "vhost": vhost})
+        try:
+            check_policy_definition(policy.definition)
+            if vhost in self.node_vhosts:
+                check_policy_on_queues(policy, await self.node_queues(vhost))
+        except PolicyInvalid as error:
+            raise _Refused(".definition", str(error)) from None
+        self.policies[(vhost, entry.name)] = policy
+
+    async def node_queues(self, vhost: str) -> list[QueueDef]:
+        known = self.queues_on_node.get(vhost)
+        if known is None:
+            known = self.queues_on_node[vhost] = await self.store.list_queues(vhost)
+        return known
+
+    async def policies_in_force(self, vhost: str) -> list[Policy]:
+        """The vhost's policies once the file's are set (queues are planned after them)."""
+        known = self.in_force.get(vhost)
+        if known is None:
+            on_node = await self.store.list_policies(vhost) if vhost in self.node_vhosts else []
+            merged = {p.name: p for p in on_node}
+            merged.update({name: p for (v, name), p in self.policies.items() if v == vhost})
+            known = self.in_force[vhost] = list(merged.values())
+        return known
 
     async def parameter(self, entry: dict[str, Any]) -> None:
         """A "vhost-limits" parameter (the others are ignored, counted as such)."""
@@ -344,6 +378,10 @@ class _Planner:
             checks.assert_queue_equivalent(current, new)
             self.count("queues", "present")
             return
+        policy = policy_in_force(await self.policies_in_force(vhost), new.name)
+        policy_definition = None if policy is None else policy.definition
+        partitions = initial_partitions(new, policy_definition, self.default_partitions)
+        new = new.model_copy(update={"partitions": partitions})  # as queue.declare does
         resource = resource_name("queue", entry.name, vhost)
         checks.check_exchange_name_arg(new.arguments, {}, "x-dead-letter-exchange", resource)
         check_queue_arguments(new)
@@ -410,11 +448,15 @@ async def plan_import(
     vhost: str | None = None,
     exchange_types: frozenset[str] = BUILTIN_EXCHANGE_TYPES,
     max_topic_hash_wildcards: int | None = checks.MAX_TOPIC_HASH_WILDCARDS,
+    default_partitions: int = 1,
 ) -> ImportPlan:
     """Check ``doc`` against ``store`` (read only); raises DefinitionsError naming every
     problem. ``vhost``: a per-vhost import (users, vhosts and permissions are ignored, every
-    entity goes to ``vhost``, which must exist)."""
-    planner = _Planner(doc, store, vhost, exchange_types, max_topic_hash_wildcards)
+    entity goes to ``vhost``, which must exist). ``default_partitions``: the node's, for new
+    queues that neither their argument nor a policy gives a count."""
+    planner = _Planner(
+        doc, store, vhost, exchange_types, max_topic_hash_wildcards, default_partitions
+    )
     plan = planner.plan
     ignored = IGNORED_KINDS if vhost is None else (*IGNORED_KINDS, *KINDS[:3])
     for kind in ignored:

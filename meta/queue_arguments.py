@@ -14,6 +14,7 @@ from meta.amqp_values import type_class
 from meta.checks import queue_type_of
 from meta.errors import PreconditionFailed, resource_name
 from meta.models import QueueDef
+from meta.partitions import GRAY_PARTITIONS_ARG, MAX_PARTITIONS, PARTITIONS_ARG, gray_refusal
 
 MAX_EXPIRY_TIMER = 4294967295  # RabbitMQ's ?MAX_EXPIRY_TIMER (ms)
 MAX_SUPPORTED_PRIORITY = 255  # RabbitMQ's ?MAX_SUPPORTED_PRIORITY
@@ -124,6 +125,32 @@ def _max_priority(amqp_type: str, value: Any, queue: QueueDef) -> None:
         raise _Invalid(f"{{max_value_exceeded,{int(value)}}}")
 
 
+def _partitions(amqp_type: str, value: Any, queue: QueueDef) -> None:
+    """x-mqgw-partitions (meta/partitions.py): 1 to 256; a stream has one."""
+    _positive(amqp_type, value, queue)
+    if int(value) > MAX_PARTITIONS:
+        raise _Invalid(f"{{value_too_large,{int(value)},{MAX_PARTITIONS}}}")
+    if queue_type_of(queue) == "stream" and int(value) != 1:
+        raise _Invalid("a stream has one partition")
+
+
+def _gray_partitions(amqp_type: str, value: Any, queue: QueueDef) -> None:
+    """x-mqgw-gray-partitions: K >= 0; K > 0 on a classic FIFO queue with more than K
+    partitions (``queue.partitions`` is set before the checks run)."""
+    _non_negative(amqp_type, value, queue)
+    number = int(value)
+    if number == 0:
+        return
+    refusal = gray_refusal(queue)
+    if refusal is not None:
+        raise _Invalid(f"gray partitions need a classic FIFO queue, not one with {refusal}")
+    if number >= queue.partitions:
+        raise _Invalid(
+            f"{GRAY_PARTITIONS_ARG} {number} needs more than {queue.partitions} partitions "
+            f"({PARTITIONS_ARG})"
+        )
+
+
 def _bool(amqp_type: str, _value: Any, _q: QueueDef) -> None:
     """rabbit_amqqueue:check_bool_arg/2."""
     if amqp_type != "bool":
@@ -186,6 +213,8 @@ _CHECKS: tuple[tuple[str, Callable[[str, Any, QueueDef], None]], ...] = (
     ("x-max-redeliveries", _positive),
     ("x-consume-mode", _one_of(CONSUME_MODES, "invalid_consume_mode")),
     ("x-disk-overflow", _one_of(DISK_OVERFLOW_VALUES, "invalid_disk_overflow")),
+    (PARTITIONS_ARG, _partitions),
+    (GRAY_PARTITIONS_ARG, _gray_partitions),
 )
 
 

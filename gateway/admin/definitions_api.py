@@ -124,10 +124,9 @@ class ImportRun:
             lambda x: node.vhosts[x.vhost].declare_exchange(x, passive=False),
             CONCURRENCY,
         )
-        partitions = {"partitions": node.settings.queue_partitions}  # as queue.declare does
         await self._each(
             "queues",
-            [q.model_copy(update=partitions) for q in plan.queues],
+            plan.queues,  # their partitions chosen by the plan, as queue.declare chooses them
             lambda q: node.vhosts[q.vhost].declare_queue(q, passive=False, connection_id=""),
             CONCURRENCY,
         )
@@ -161,7 +160,11 @@ def routes(node: Node) -> APIRouter:
                 try:
                     document = parse_definitions(body)
                     plan = await plan_import(
-                        document, node.meta, vhost=vhost, exchange_types=EXCHANGE_TYPES
+                        document,
+                        node.meta,
+                        vhost=vhost,
+                        exchange_types=EXCHANGE_TYPES,
+                        default_partitions=node.settings.queue_partitions,
                     )
                 except Exception as error:
                     checked.set_exception(error)

@@ -16,6 +16,7 @@ from gateway.admin.connections_api import consumer_json, json_value
 from gateway.admin.paths import SlashRoute
 from gateway.features.redelivery import redrive
 from gateway.observe.stats import QueueCounts, queue_counts, queue_message_stats
+from gateway.queues.consumer import LANE_GRAY, LANE_NORMAL
 from gateway.sessions.channel_state import Consumer
 from meta.models import Policy, User
 
@@ -54,6 +55,8 @@ def queue_stats(
         "exclusive": definition.exclusive,
         "arguments": json_value(definition.arguments),
         "policy": None if policy is None else policy.name,
+        "partitions": queue.partitions,
+        "gray_partitions": len(queue.gray_parts),  # in force: a policy K too large is none
         "consumers": len(queue.consumers),
         "exclusive_consumer_tag": exclusive,
         "single_active_consumer_tag": None if active is None else active.tag,
@@ -100,6 +103,11 @@ async def partition_details(node: Node, queue: QueueRuntime) -> list[dict[str, A
     committed = queue.committed_offsets()
     now_ms = time.time_ns() // 1_000_000
     details = []
+    gray = set(queue.gray_parts)
+    readers = {  # consumers reading each lane (gateway/queues/gray_lanes.py)
+        True: sum(1 for c in queue.consumers if c.lane != LANE_NORMAL),
+        False: sum(1 for c in queue.consumers if c.lane != LANE_GRAY or not gray),
+    }
     for part in stats.partitions:
         position = max(committed[part.partition], part.min_offset)
         lag_s = None
@@ -117,6 +125,9 @@ async def partition_details(node: Node, queue: QueueRuntime) -> list[dict[str, A
                 "lag_messages": max(0, part.max_offset - position),
                 "lag_seconds": 0.0 if position >= part.max_offset else lag_s,
                 "dropped_by_retention": part.dropped_by_retention,
+                "gray": part.partition in gray,
+                "depth": max(0, part.max_offset - position),  # ready and unacked
+                "consumers": readers[part.partition in gray],
             }
         )
     return details
@@ -232,6 +243,7 @@ def routes(node: Node) -> APIRouter:
         host = vhost_or_404(vhost, user)
         try:
             policy = Policy.model_validate({**body, "vhost": vhost, "name": name})
+            host.check_policy(policy)  # mqgw's partition keys (meta/partitions.py)
         except ValueError as error:
             raise HTTPException(400, str(error)) from None
         await node.meta.put_policy(policy)

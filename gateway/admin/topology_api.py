@@ -325,13 +325,14 @@ def _queue_routes(node: Node) -> APIRouter:
         body = body or {}
         permit(user, vhost, "configure", name)
         existed = name in host.queues
-        definition = QueueDef(
-            vhost=vhost,
-            name=name,
-            durable=flag(body, "durable", False),  # the plugin's default
-            auto_delete=flag(body, "auto_delete", False),
-            arguments=arguments_of(body),
-            partitions=node.settings.queue_partitions,
+        definition = host.with_partitions(
+            QueueDef(
+                vhost=vhost,
+                name=name,
+                durable=flag(body, "durable", False),  # the plugin's default
+                auto_delete=flag(body, "auto_delete", False),
+                arguments=arguments_of(body),
+            )
         )
         await amqp_call(host.declare_queue(definition, passive=False, connection_id=""))
         return Response(status_code=204 if existed else 201)

@@ -240,18 +240,17 @@ async def queue_declare(session: Session, channel: ChannelState, m: commands.Que
         consumers = 1 if channel.reply_key else 0  # RabbitMQ counts this channel's consumer
         _send(session, channel, commands.Queue.DeclareOk(REPLY_QUEUE, 0, consumers), m.nowait)
         return
-    definition = QueueDef(
-        vhost=vhost.name,
-        name=m.queue,
-        durable=m.durable,
-        exclusive_owner=session.owner_id if m.exclusive else None,
-        auto_delete=m.auto_delete,
-        arguments=dict(m.arguments or {}),
-        argument_types=_argument_types(m),
-        partitions=session.node.settings.queue_partitions,
+    definition = vhost.with_partitions(
+        QueueDef(
+            vhost=vhost.name,
+            name=m.queue,
+            durable=m.durable,
+            exclusive_owner=session.owner_id if m.exclusive else None,
+            auto_delete=m.auto_delete,
+            arguments=dict(m.arguments or {}),
+            argument_types=_argument_types(m),
+        )
     )
-    if checks.queue_type_of(definition) == stream_queue.STREAM:
-        definition = definition.model_copy(update={"partitions": 1})  # one offset sequence
     if not m.passive:  # a passive declare checks no permission
         await _authorize_queue_declare(session, vhost, definition, m)
     queue = await vhost.declare_queue(definition, m.passive, session.owner_id)
@@ -470,7 +469,7 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
     if cluster is not None and not await cluster.hold_for_get(queue):
         _send(session, channel, commands.Basic.GetEmpty())  # another gateway delivers it
         return
-    taken = await queue.get()
+    taken = await queue.get(session.gray_lane)  # a queue with gray partitions: its lane
     if taken is None:
         session.node.stats.get_empty += 1
         _send(session, channel, commands.Basic.GetEmpty())

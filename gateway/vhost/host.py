@@ -23,6 +23,7 @@ from gateway.routing import Router
 from gateway.vhost import dead_letter_outbox
 from meta.errors import MetaError
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
+from meta.partitions import check_policy, initial_partitions, policy_in_force
 from meta.store import MetadataStore
 from storage import (
     AppendResult,
@@ -154,8 +155,20 @@ class VirtualHost:
 
     def policy_for(self, queue_name: str) -> Policy | None:
         """The policy in force for a queue: the highest priority of those that match."""
-        matching = [p for p in self.policies if p.applies_to_queue(queue_name)]
-        return max(matching, key=lambda p: (p.priority, p.name), default=None)
+        return policy_in_force(self.policies, queue_name)
+
+    def with_partitions(self, definition: QueueDef) -> QueueDef:
+        """``definition`` with the partitions it gets if created now: x-mqgw-partitions,
+        else its policy's "partitions", else the node's (meta/partitions.py)."""
+        policy = self.policy_for(definition.name)
+        count = initial_partitions(
+            definition, None if policy is None else policy.definition, self.partitions
+        )
+        return definition.model_copy(update={"partitions": count})
+
+    def check_policy(self, policy: Policy) -> None:
+        """Raises PolicyInvalid (a ValueError) if ``policy`` breaks a partition rule here."""
+        check_policy(policy, (q.definition for q in self.queues.values()))
 
     def _behaviour(self, definition: QueueDef) -> QueueBehaviour:
         policy = self.policy_for(definition.name)
