@@ -242,3 +242,20 @@ def test_a_rule_colors_live_connections_and_a_drained_switch_back_loses_nothing(
     assert not others or min(others) > last_gray
     assert switch_back < 30
     assert any(m.startswith("billing-canary-after") for m in fleet)  # its publishes turned normal
+
+
+def test_gray_partitions_from_a_policy_start_and_end_on_a_running_queue(
+    gateway: GatewayProcess,
+) -> None:
+    declare(gateway.url, "payments", {"x-mqgw-partitions": 4})
+    policy = {"pattern": "^payments$", "definition": {"gray-partitions": 2}, "apply-to": "queues"}
+    assert gateway.admin("PUT", "/api/policies/%2F/gray", policy)[0] in (201, 204)
+    publish(gateway.url, "payments", "gray", 40, gray=True)
+    publish(gateway.url, "payments", "normal", 40)
+    fleet = asyncio.run(consume(gateway.url, "payments", "fleet", 40))
+    assert set(fleet) == {f"normal:{n}" for n in range(40)}
+    assert depth(gateway, "payments") == 40  # the gray ones wait for a canary
+    # Gray release ends with the policy: the fleet takes what the gray partitions hold.
+    assert gateway.admin("DELETE", "/api/policies/%2F/gray")[0] == 204
+    rest = asyncio.run(consume(gateway.url, "payments", "fleet", 40))
+    assert sorted(rest) == sorted(f"gray:{n}" for n in range(40))
