@@ -30,6 +30,7 @@ from meta.models import (
     ConsumptionControl,
     Deletions,
     ExchangeDef,
+    GrayRule,
     Permission,
     Policy,
     QueueDef,
@@ -59,6 +60,8 @@ ChangeKind = Literal[
     "control.deleted",
     "vhost_limits.set",  # a vhost's limits replaced (meta.vhost_limits)
     "vhost_limits.cleared",  # dropped with their vhost
+    "gray_rule.set",  # an operator's gray release rule created or replaced
+    "gray_rule.deleted",
     "placement.set",  # cluster only: document {"partitions": [group, ...]}
 ]
 CHANGE_KINDS: frozenset[str] = frozenset(get_args(ChangeKind))
@@ -72,6 +75,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "policy": Policy,
     "control": ConsumptionControl,
     "vhost_limits": VHostLimits,
+    "gray_rule": GrayRule,
 }
 DEFAULT_LOCAL_FEED_LENGTH = 10_000  # an embedded node rarely follows; keep memory small
 
@@ -127,7 +131,7 @@ def _address(model: BaseModel) -> tuple[str, str]:
         return model.vhost, model.vhost
     if isinstance(model, BindingDef):
         return model.vhost, model.source
-    if isinstance(model, User):
+    if isinstance(model, User | GrayRule):
         return "", model.name
     if isinstance(model, Permission):
         return model.vhost, model.user

@@ -50,6 +50,7 @@ from meta.models import (
     ConsumptionControl,
     Deletions,
     ExchangeDef,
+    GrayRule,
     Permission,
     Policy,
     QueueDef,
@@ -91,6 +92,7 @@ class LocalMetadataStore(LocalConnections):
         self._policies: dict[tuple[str, str], Policy] = {}
         self._controls: dict[tuple[str, str, str], ConsumptionControl] = {}
         self._vhost_limits: dict[str, VHostLimits] = {}
+        self._gray_rules: dict[str, GrayRule] = {}
         self._connections = ConnectionCounts()  # in memory: connections end with the process
         self._next_queue_id = 1
         self._queue_id_reserved_until = 1  # ids below this may have been handed out
@@ -156,6 +158,7 @@ class LocalMetadataStore(LocalConnections):
             "policies": [_dump(p) for p in self._policies.values()],
             "controls": [_dump(c) for c in self._controls.values()],
             "vhost_limits": [_dump(v) for v in self._vhost_limits.values()],
+            "gray_rules": [_dump(r) for r in self._gray_rules.values()],
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
@@ -183,6 +186,9 @@ class LocalMetadataStore(LocalConnections):
         for data in document.get("vhost_limits", []):
             limits = _load(VHostLimits, data)
             self._vhost_limits[limits.vhost] = limits
+        for data in document.get("gray_rules", []):  # absent from files before gray rules
+            rule = _load(GrayRule, data)
+            self._gray_rules[rule.name] = rule
         for data in document["permissions"]:
             permission = _load(Permission, data)
             self._permissions[(permission.user, permission.vhost)] = permission
@@ -338,6 +344,27 @@ class LocalMetadataStore(LocalConnections):
 
     async def list_vhost_limits(self) -> list[VHostLimits]:
         return sorted(self._vhost_limits.values(), key=lambda v: v.vhost)
+
+    # --- gray release rules ---
+
+    async def set_gray_rule(self, rule: GrayRule) -> None:
+        self._gray_rules[rule.name] = rule
+        self._feed.publish([change("gray_rule.set", rule)])
+        await self._commit()
+
+    async def delete_gray_rule(self, name: str) -> bool:
+        rule = self._gray_rules.pop(name, None)
+        if rule is None:
+            return False
+        self._feed.publish([change("gray_rule.deleted", rule)])
+        await self._commit()
+        return True
+
+    async def get_gray_rule(self, name: str) -> GrayRule | None:
+        return self._gray_rules.get(name)
+
+    async def list_gray_rules(self) -> list[GrayRule]:
+        return sorted(self._gray_rules.values(), key=lambda r: r.name)
 
     # --- consumption controls ---
 

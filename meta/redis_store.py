@@ -33,13 +33,16 @@ from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, User, VHos
 from meta.redis_base import RedisStoreBase
 from meta.redis_cluster import RedisClusterRegistry
 from meta.redis_feed import current_position, follow_changes
+from meta.redis_gray import GrayRulesMixin
 from meta.redis_limits import VHostLimitsMixin
 from meta.redis_records import RecordsMixin
 from meta.redis_topology import TopologyView
 from meta.serialization import dumps, loads, parse_key
 
 
-class RedisMetadataStore(VHostLimitsMixin, RecordsMixin, RedisClusterRegistry, RedisStoreBase):
+class RedisMetadataStore(
+    GrayRulesMixin, VHostLimitsMixin, RecordsMixin, RedisClusterRegistry, RedisStoreBase
+):
     """A MetadataStore and ClusterRegistry on Redis. Construct once per process."""
 
     async def _list(self, vhost: str, index: str, member_prefix: str, how: str) -> list[str]:

@@ -22,6 +22,7 @@ from meta.models import (
     ConsumptionControl,
     Deletions,
     ExchangeDef,
+    GrayRule,
     Permission,
     Policy,
     QueueDef,
@@ -74,6 +75,17 @@ class MetadataStore(Protocol):
 
     async def delete_control(self, scope: str, vhost: str, name: str) -> bool: ...
     async def list_controls(self) -> list[ConsumptionControl]: ...
+
+    # --- gray release rules (gateway/features/gray.py) ---
+    async def set_gray_rule(self, rule: GrayRule) -> None:
+        """Create or replace the rule named ``rule.name``."""
+
+    async def delete_gray_rule(self, name: str) -> bool:
+        """False if there was no such rule."""
+
+    async def get_gray_rule(self, name: str) -> GrayRule | None: ...
+    async def list_gray_rules(self) -> list[GrayRule]:
+        """Sorted by name."""
 
     # --- users and permissions ---
     async def list_users(self) -> list[User]: ...

@@ -23,6 +23,7 @@ from typing import Any
 
 from mqgw_cli.admin_client import Answer, ask, call
 from mqgw_cli.admin_target import AdminTarget, add_admin_options
+from mqgw_cli.gray_commands import add_gray_commands
 from mqgw_cli.switchover_command import add_switchover_command
 from mqgw_cli.vhost_limits_commands import add_vhost_limits_commands
 
@@ -220,3 +221,4 @@ def add_ctl_commands(commands: Any) -> None:
     trace.set_defaults(func=run_trace)
     add_switchover_command(actions)
     add_vhost_limits_commands(actions)  # set-vhost-limits, clear-vhost-limits
+    add_gray_commands(actions)  # gray on|off|list|delete

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.sessions import taps
 from meta.change_feed import Change
-from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, VHost, VHostLimits
+from meta.models import (
+    BindingDef,
+    Deletions,
+    ExchangeDef,
+    GrayRule,
+    QueueDef,
+    VHost,
+    VHostLimits,
+)
 
 if TYPE_CHECKING:
     from gateway.node.node import Node
@@ -39,6 +47,14 @@ async def apply_change(node: Node, change: Change) -> None:
         return
     if kind == "vhost_limits.cleared":
         node.vhost_limits.pop(change.vhost, None)
+        return
+    if kind == "gray_rule.set":  # the registry re-colors the connections it matches
+        rule = change.entity()
+        assert isinstance(rule, GrayRule)
+        node.gray.rule_set(rule)
+        return
+    if kind == "gray_rule.deleted":
+        node.gray.rule_deleted(change.name)
         return
     if kind == "placement.set":  # a queue's partitions placed on broker groups
         if node.cluster is not None and node.cluster.placement is not None:
@@ -90,12 +106,13 @@ async def apply_change(node: Node, change: Change) -> None:
 
 
 async def reload(node: Node) -> None:
-    """After a gap in the feed: users, permissions, controls, and every vhost's topology
-    (queues gone elsewhere lose their runtime here; new ones get one)."""
+    """After a gap in the feed: users, permissions, controls, limits, gray rules, and every
+    vhost's topology (queues gone elsewhere lose their runtime here; new ones get one)."""
     await node.access.load()
     await node.refresh_users()
     await node.controls.reload()
     await node.load_vhost_limits()
+    node.gray.load(await node.meta.list_gray_rules())
     names = {v.name for v in await node.meta.list_vhosts()}
     for name in [n for n in node.vhosts if n not in names]:
         await node.forget_vhost(name)

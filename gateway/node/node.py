@@ -147,6 +147,7 @@ class Node:
         await self.refresh_users()
         await self.controls.load()
         await self.load_vhost_limits()
+        self.gray.load(await self.meta.list_gray_rules())
         await self.meta.forget_connections(self.name)  # a former process of this name
         known: set[int] = {TIMER_QUEUE_ID}
         for vhost_def in await self.meta.list_vhosts():
