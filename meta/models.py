@@ -173,6 +173,18 @@ class GrayRule(_Model):
     set_at: str = ""  # ISO 8601, UTC: when the rule was last set (a drain counts from it)
 
 
+class GrayEnd(_Model):
+    """Gray release ended for a queue (``mqgw ctl gray end``): it has no gray partitions from
+    then on, whatever its argument or policy say, and every consumer reads every partition;
+    ``ends`` are the gray partitions and their end offsets at the end: drained once every
+    message below is settled."""
+
+    vhost: str
+    queue: str
+    partitions: list[int] = Field(default_factory=list)
+    set_at: str = ""  # ISO 8601, UTC
+
+
 class _WithArguments(_Model):
     arguments: dict[str, Any] = Field(default_factory=dict)
     argument_types: dict[str, str] = Field(default_factory=dict)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ import anyio
 from gateway.features.broadcast import connection_name
 from gateway.queues.consumer import LANE_ALL, LANE_GRAY, LANE_NORMAL
 from gateway.queues.runtime import QueueRuntime
-from meta.models import GrayMatch, GrayRule
+from meta.models import GrayEnd, GrayMatch, GrayRule
 from storage import QUEUE_GROUP
 
 log = logging.getLogger("mqgw.gray")
@@ -142,6 +142,9 @@ class GrayRegistry:
         self.connections: dict[GrayConnection, Color] = {}
         self.drains: dict[GrayConnection, Drain] = {}
         self._drain_wake = anyio.Event()
+        self.ends: dict[tuple[str, str], GrayEnd] = {}  # (vhost, queue): gray release ended
+        # Set by the node: a queue's gray release ended (True) or resumed (False).
+        self.on_end: Callable[[str, str, bool], None] = lambda _v, _q, _e: None
 
     # -- rules ------------------------------------------------------------------------------
 
@@ -158,6 +161,27 @@ class GrayRegistry:
     def rule_deleted(self, name: str) -> None:
         if self.rules.pop(name, None) is not None:
             self.recolor()
+
+    # -- queues whose gray release ended ----------------------------------------------------
+
+    def load_ends(self, ends: Iterable[GrayEnd]) -> None:
+        before = set(self.ends)
+        self.ends = {(end.vhost, end.queue): end for end in ends}
+        for key in before - set(self.ends):
+            self.on_end(*key, False)
+        for key in self.ends:
+            self.on_end(*key, True)
+
+    def end_set(self, end: GrayEnd) -> None:
+        self.ends[(end.vhost, end.queue)] = end
+        self.on_end(end.vhost, end.queue, True)
+
+    def end_deleted(self, vhost: str, queue: str) -> None:
+        if self.ends.pop((vhost, queue), None) is not None:
+            self.on_end(vhost, queue, False)
+
+    def ended_in(self, vhost: str) -> set[str]:
+        return {queue for v, queue in self.ends if v == vhost}
 
     # -- connections ------------------------------------------------------------------------
 
@@ -268,6 +292,23 @@ class GrayRegistry:
             if drain.rule == name
         ]
         return {"connections": sorted(ruled), "pending": pending}
+
+
+async def end_ends(queue: QueueRuntime) -> dict[int, int]:
+    """The queue's gray partitions and their end offsets now (where an end drains to)."""
+    stats = await queue.store.queue_stats(queue.queue_id)
+    return {p: stats.partitions[p].max_offset for p in queue.gray_parts}
+
+
+async def end_progress(queue: QueueRuntime, ends: Mapping[int, int]) -> dict[str, object]:
+    """How far the gray partitions of a queue whose gray release ended are drained: per
+    partition the messages stored before the end and not yet settled (ready or unacked)."""
+    left = []
+    for p, end in sorted(ends.items()):
+        if p < queue.partitions:
+            settled = await _settled_below(queue, p)
+            left.append({"partition": p, "messages": max(0, end - settled)})
+    return {"partitions": left, "left": sum(int(x["messages"]) for x in left)}
 
 
 async def _settled_below(queue: QueueRuntime, partition: int) -> int:

@@ -113,6 +113,12 @@ class Node:
         self.connections_to_uncount: set[tuple[str, str]] = set()
         # Gray release rules (gateway/features/gray.py), kept by the change feed.
         self.gray = GrayRegistry()
+        self.gray.on_end = self._gray_end
+
+    def _gray_end(self, vhost: str, queue: str, ended: bool) -> None:
+        host = self.vhosts.get(vhost)
+        if host is not None:
+            host.set_gray_ended(queue, ended)
 
     def admit(self, session: Session) -> bool:
         """max_connections_per_address: refuse a socket from an address already at the cap
@@ -189,6 +195,7 @@ class Node:
         vhost.on_queue_deleted = self._queue_deleted
         vhost.on_queue_attached = self._queue_attached
         vhost.on_dead_letter = self._dead_letters_waiting.set
+        vhost.gray_ended = self.gray.ended_in(name)
         if self.cluster is not None:  # several broker groups: queues are placed first
             vhost.placement = self.cluster.placement
         await vhost.load()

@@ -7,6 +7,7 @@ in metadata gets a store queue id and a runtime; deletions cascade to both.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -83,6 +84,9 @@ class VirtualHost:
         self.on_queue_deleted: Callable[[QueueRuntime], None] = lambda _q: None
         self.on_queue_attached: Callable[[QueueRuntime], None] = lambda _q: None
         self.policies: list[Policy] = []
+        # Queues whose gray release an operator ended (gateway/features/gray.py): no gray
+        # partitions, whatever their argument or policy say.
+        self.gray_ended: set[str] = set()
         self.dead_letters: list[DeadLetter] = []
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
         self.firehose: Firehose | None = None  # tracing on (gateway/sessions/taps.py switches it)
@@ -172,7 +176,22 @@ class VirtualHost:
 
     def _behaviour(self, definition: QueueDef) -> QueueBehaviour:
         policy = self.policy_for(definition.name)
-        return behaviour_of(definition.arguments, None if policy is None else policy.definition)
+        behaviour = behaviour_of(
+            definition.arguments, None if policy is None else policy.definition
+        )
+        if behaviour.gray_partitions and definition.name in self.gray_ended:
+            return dataclasses.replace(behaviour, gray_partitions=0)
+        return behaviour
+
+    def set_gray_ended(self, queue_name: str, ended: bool) -> None:
+        """Gray release ended for the queue (or resumed): its behaviour follows at once."""
+        if ended:
+            self.gray_ended.add(queue_name)
+        else:
+            self.gray_ended.discard(queue_name)
+        queue = self.queues.get(queue_name)
+        if queue is not None:
+            queue.set_behaviour(self._behaviour(queue.definition))
 
     async def apply_policies(self) -> None:
         """Policies changed: every queue takes its (new) behaviour at once."""
