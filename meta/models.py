@@ -181,7 +181,7 @@ class GrayEnd(_Model):
 
     vhost: str
     queue: str
-    partitions: list[int] = Field(default_factory=list)
+    ends: dict[int, int] = Field(default_factory=dict)  # gray partition -> end offset
     set_at: str = ""  # ISO 8601, UTC
 
 
