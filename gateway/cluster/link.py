@@ -253,9 +253,9 @@ class ClusterLink:
                     renew_at = now + RENEW_EVERY_S
                     await self._renew_held()
                 for queue in self.node.all_queues():
-                    if not self._wanted(queue, now):
-                        continue
                     for partition in range(queue.partitions):
+                        if not self._wanted(queue, partition, now):
+                            continue
                         key = (queue.queue_id, partition)
                         if key not in self.held and now >= retry_at.get(key, 0.0):
                             retry_at[key] = now + RETRY_S
@@ -296,7 +296,7 @@ class ClusterLink:
         key = (queue.queue_id, partition)
         with scope:
             while True:
-                if not (queue.exhausted and queue.holds_all_leases()):
+                if not (queue.exhausted and queue.may_serve()):
                     # Messages in hand: wait until a fill reads to the end (or look again
                     # shortly: some queue kinds decide exhaustion without a fill).
                     event = self._exhausted.setdefault(queue.queue_id, anyio.Event())
@@ -463,10 +463,11 @@ class ClusterLink:
                 return
         log.info("cluster: delivery leases given up")  # (at a stop, even if there were none)
 
-    def _wanted(self, queue: QueueRuntime, now: float) -> bool:
+    def _wanted(self, queue: QueueRuntime, partition: int, now: float) -> bool:
         if queue.waiting_for_broker:  # started first (its take-over needs the broker too)
             return False
-        return bool(queue.consumers) or now - queue.last_get < GET_HOLD_S
+        # A queue with gray partitions: only the lane that consumers here read.
+        return queue.wants_partition(partition) or now - queue.last_get < GET_HOLD_S
 
     async def _try_hold(self, queue: QueueRuntime, partition: int) -> str | None:
         """Hold (take or renew) the partition's lease; the holder's name if another holds
@@ -531,7 +532,7 @@ class ClusterLink:
             if key in self._taking:
                 continue  # a get's take-over (in its session's task): renewed next time
             queue = self.node.queue_by_id(key[0])
-            if queue is not None and self._wanted(queue, now):
+            if queue is not None and self._wanted(queue, key[1], now):
                 await self._hold_unless_away(queue, key[1])
                 continue
             # No consumer here any more: let another gateway deliver.
@@ -557,4 +558,8 @@ def _lease_key(name: str) -> tuple[int, int] | None:
 def _in_use(queue: QueueRuntime, partitions: list[int]) -> bool:
     """Whether this gateway uses the queue's ``partitions``: a consumer on the queue, a
     basic.get under way, or a message of theirs delivered and not yet settled."""
-    return bool(queue.consumers or queue.getting or any(queue.inflight[p] for p in partitions))
+    return bool(
+        any(queue.wants_partition(p) for p in partitions)
+        or queue.getting
+        or any(queue.inflight[p] for p in partitions)
+    )

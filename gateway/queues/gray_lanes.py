@@ -93,26 +93,49 @@ class GrayLanesRuntime(QueueRuntime):
         self.gray_requeued = [r for r in returned if r[1] in self._gray_set]
         heapq.heapify(self.requeued)
         heapq.heapify(self.gray_requeued)
-        self.consumers_changed()
+        self._sort_lanes()
 
     def is_gray(self, partition: int) -> bool:
         return partition in self._gray_set
 
+    # -- cluster: a gateway may deliver one lane while another delivers the other ------------
+
+    def _holds(self, parts: tuple[int, ...]) -> bool:
+        leases = self.leases
+        return leases is None or all(leases[p] for p in parts)
+
+    def may_serve(self) -> bool:
+        if not self.gray_parts or self.leases is None:
+            return super().may_serve()
+        return self._holds(self.gray_parts) or self._holds(self.normal_parts)
+
+    def wants_partition(self, partition: int) -> bool:
+        if not self.gray_parts:
+            return super().wants_partition(partition)
+        lane = self.gray_choice if partition in self._gray_set else self.normal_choice
+        return bool(lane.consumers)
+
     def consumers_changed(self) -> None:
-        """Sort the consumers into the lanes again (one came or went, or its connection's
-        gray state changed)."""
-        self.gray_choice.consumers[:] = [c for c in self.consumers if c.lane != LANE_NORMAL]
-        self.normal_choice.consumers[:] = [c for c in self.consumers if c.lane != LANE_GRAY]
+        """Sort the consumers into the lanes again: a connection's gray state changed."""
+        self._sort_lanes()
         if self.wake is not None:
             self.wake(self)
 
+    def _sort_lanes(self) -> None:
+        if not self.gray_parts:  # no lanes: the plain runtime's choice serves everyone
+            self.gray_choice.consumers.clear()
+            self.normal_choice.consumers.clear()
+            return
+        self.gray_choice.consumers[:] = [c for c in self.consumers if c.lane != LANE_NORMAL]
+        self.normal_choice.consumers[:] = [c for c in self.consumers if c.lane != LANE_GRAY]
+
     def add_consumer(self, consumer: QueueConsumer) -> None:
         super().add_consumer(consumer)
-        self.consumers_changed()
+        self._sort_lanes()
 
     def remove_consumer(self, consumer: QueueConsumer) -> None:
         super().remove_consumer(consumer)
-        self.consumers_changed()
+        self._sort_lanes()
 
     # -- the heads --------------------------------------------------------------------------
 
@@ -149,6 +172,9 @@ class GrayLanesRuntime(QueueRuntime):
             return self.gray_buffer[0][1] if self.gray_buffer else None
         return super()._peek_head()
 
+    def _lane_buffer(self, lane: int) -> deque[Held]:
+        return self.gray_buffer if lane == LANE_GRAY else self.buffer
+
     def _older_lane(self) -> int:
         """The lane whose head came first (requeued before read, then commit offset)."""
         gray = _head_key(self.gray_requeued, self.gray_buffer)
@@ -171,20 +197,22 @@ class GrayLanesRuntime(QueueRuntime):
     # -- reading ----------------------------------------------------------------------------
 
     async def fill(self) -> None:
-        """Each lane is read while its own buffer runs low, and only then."""
+        """Each lane is read while its own buffer runs low, and only then (in a cluster,
+        only a lane whose partitions' leases this gateway holds)."""
         if not self.gray_parts:
             await super().fill()
             return
-        lanes = [
-            (parts, buffer)
-            for parts, buffer in (
-                (self.gray_parts, self.gray_buffer),
-                (self.normal_parts, self.buffer),
-            )
-            if len(buffer) < LOW_WATER
-        ]
+        lanes: list[tuple[int, tuple[int, ...]]] = []
+        full = False  # a lane left unread because its buffer is full
+        for lane, parts in ((LANE_GRAY, self.gray_parts), (LANE_NORMAL, self.normal_parts)):
+            if not self._holds(parts):
+                continue
+            if len(self._lane_buffer(lane)) >= LOW_WATER:
+                full = True
+                continue
+            lanes.append((lane, parts))
+        self._unread_lane = full
         if not lanes:
-            self._unread_lane = True
             return
         if self.fed:
             self.fed = False
@@ -193,14 +221,14 @@ class GrayLanesRuntime(QueueRuntime):
         self.exhausted = False
         all_ends: list[tuple[int, int, int]] = []
         more = False
-        for parts, buffer in lanes:
+        for lane, parts in lanes:
             read, ends, more_here = await self._read_partitions(parts)
-            buffer.extend(read)
+            # The lane's buffer as it is now: a hand-over during the read replaced it.
+            self._lane_buffer(lane).extend(read)
             all_ends += ends
             more = more or more_here
-        self._unread_lane = len(lanes) < 2
-        if self.leases is not None and self._unread_lane:
-            # Cluster: the count needs every partition's end; the next full fill has them.
+        if self.leases is not None and len(lanes) < 2:
+            # Cluster: the count needs every partition's end; a fill of both lanes has them.
             saved = self.ready_count
             self._filled(all_ends, more)
             self.ready_count = saved
@@ -235,7 +263,12 @@ class GrayLanesRuntime(QueueRuntime):
         starved: list[ConsumerChoice] = []  # lanes with messages and no consumer to take them
         empty = False
         for lane in (first, self._first_lane):
-            choice = self.gray_choice if lane == LANE_GRAY else self.normal_choice
+            if lane == LANE_GRAY:
+                choice, parts = self.gray_choice, self.gray_parts
+            else:
+                choice, parts = self.normal_choice, self.normal_parts
+            if not self._holds(parts):
+                continue  # cluster: another gateway delivers this lane
             while delivered < quota:
                 if not self.lane_buffered(lane):
                     empty = True

@@ -696,7 +696,7 @@ class QueueRuntime:
 
     def pump(self, quota: int, now: float) -> PumpResult:
         """Deliver up to ``quota`` messages to consumers with credit (and within the rate)."""
-        if self.paused or not self.holds_all_leases():
+        if self.paused or not self.may_serve():
             return PumpResult.PAUSED
         limit = self.rate_limit
         if limit is not None:
@@ -771,6 +771,15 @@ class QueueRuntime:
 
     def holds_all_leases(self) -> bool:
         return self.leases is None or all(self.leases)
+
+    def may_serve(self) -> bool:
+        """Whether this gateway delivers anything of the queue now (cluster: its leases;
+        a queue with gray partitions: those of one lane are enough)."""
+        return self.leases is None or all(self.leases)
+
+    def wants_partition(self, partition: int) -> bool:
+        """Whether a consumer here reads ``partition`` (cluster: worth holding its lease)."""
+        return bool(self.consumers)
 
     def holds_lease(self, partition: int) -> bool:
         return self.leases is None or self.leases[partition]

@@ -166,7 +166,7 @@ class PushScheduler:
     async def _serve(self, queue: QueueRuntime) -> bool:
         queue.rewake = False
         now = self.clock.monotonic()
-        if queue.consumers and not queue.paused and queue.holds_all_leases():
+        if queue.consumers and not queue.paused and queue.may_serve():
             await queue.fill()
             if queue.leases is not None and queue.behaviour.has_limits and queue.over_limit():
                 await queue.enforce_limits()  # cluster: the fill counted others' publishes in

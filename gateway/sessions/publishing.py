@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 import re
 import struct
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.amqp import Publish, frame_writer
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
@@ -131,7 +132,7 @@ def route_publish(
         ):
             return DELIVERED
         return _record(
-            channel, publish, properties_bytes, [queue], delivery_mode, flags, now_ms, False
+            channel, publish, properties_bytes, [queue], delivery_mode, flags, now_ms, None
         )
     try:
         result = vhost.router.route(
@@ -146,9 +147,8 @@ def route_publish(
             f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
         ) from None
     queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]
-    marked = headers is not None and marked_gray(headers, session.node.settings.gray_header)
     outcome = _record(
-        channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms, marked
+        channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms, headers
     )
     if result.held_by:
         assert headers is not None  # only a message with an x-delay is held
@@ -170,7 +170,7 @@ def _record(
     delivery_mode: int,
     property_flags: int,
     now_ms: int,
-    marked: bool,  # the headers carry the gray marker
+    headers: Mapping[str, Any] | None,  # a queue with gray partitions looks for the marker
 ) -> RouteOutcome:
     if not queues:
         return UNROUTED
@@ -186,10 +186,10 @@ def _record(
             break
     if len(queues) == 1:
         queue = queues[0]
-        partition = 0 if queue.partitions == 1 else _partition(channel, queue, marked)
+        partition = 0 if queue.partitions == 1 else _partition(channel, queue, headers)
         destinations: tuple[tuple[int, int], ...] = ((queue.queue_id, partition),)
     else:
-        destinations = tuple((q.queue_id, _partition(channel, q, marked)) for q in queues)
+        destinations = tuple((q.queue_id, _partition(channel, q, headers)) for q in queues)
     if not channel.tx_mode:  # tx publishes count once tx.commit has stored them
         for queue in queues:
             queue.count_in(size, record_flags)
@@ -321,14 +321,18 @@ def return_reply(
     session.mark_dirty()
 
 
-def _partition(channel: ChannelState, queue: QueueRuntime, marked: bool) -> int:
+def _partition(
+    channel: ChannelState, queue: QueueRuntime, headers: Mapping[str, Any] | None
+) -> int:
     """Sticky per channel: keeps RabbitMQ's per-channel FIFO into a partitioned queue (into
     each lane of a queue with gray partitions: gray publishers and marked messages go to
     the gray ones, the rest to the others)."""
     if queue.partitions == 1:
         return 0
     if queue.gray_parts:
-        return _lane_partition(channel, queue, marked or channel.session.gray_publish)
+        session = channel.session
+        gray = session.gray_publish or marked_gray(headers, session.node.settings.gray_header)
+        return _lane_partition(channel, queue, gray)
     partition = channel.queue_partition.get(queue.queue_id)
     if partition is None:
         partition = random.randrange(queue.partitions)

@@ -5,10 +5,15 @@ normal consumers read the rest, and every message arrives once (docs/gray.md).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
+import kombu
 import pika
 import pytest
 
@@ -168,6 +173,12 @@ def test_gray_partitions_show_per_partition_in_the_queue_api(gateway: GatewayPro
     assert asyncio.run(with_a_canary()) == [1, 0, 0, 0, 0, 1]
 
 
+def queue_consumers(gateway: GatewayProcess, queue: str) -> int:
+    status, stats = gateway.admin("GET", f"/api/queues/%2F/{queue}")
+    assert status == 200, stats
+    return int(stats["consumers"])
+
+
 def gray_state(gateway: GatewayProcess, client_name: str) -> dict[str, Any]:
     status, connections = gateway.admin("GET", "/api/connections")
     assert status == 200, connections
@@ -192,7 +203,7 @@ def test_a_rule_colors_live_connections_and_a_drained_switch_back_loses_nothing(
         for name in ("billing-canary-1", "fleet"):
             conn = await aio_pika.connect(gateway.url, client_properties={"connection_name": name})
             channel = await conn.channel()
-            await channel.set_qos(prefetch_count=5)
+            await channel.set_qos(prefetch_count=1 if name.startswith("billing") else 5)
             q = await channel.get_queue("billing", ensure=False)
             key = "canary" if name.startswith("billing") else "fleet"
 
@@ -259,3 +270,125 @@ def test_gray_partitions_from_a_policy_start_and_end_on_a_running_queue(
     assert gateway.admin("DELETE", "/api/policies/%2F/gray")[0] == 204
     rest = asyncio.run(consume(gateway.url, "payments", "fleet", 40))
     assert sorted(rest) == sorted(f"gray:{n}" for n in range(40))
+
+
+CANARY_SCRIPT = """
+import asyncio, sys
+import aio_pika
+
+async def main():
+    conn = await aio_pika.connect(sys.argv[1], client_properties={"mqgw-gray": True})
+    channel = await conn.channel()
+    await channel.set_qos(prefetch_count=10)
+    queue = await channel.get_queue(sys.argv[2], ensure=False)
+    async with queue.iterator() as messages:
+        async for message in messages:  # never acked: the crash takes them all back
+            print(message.body.decode(), flush=True)
+            await asyncio.sleep(0.001)
+
+asyncio.run(main())
+"""
+
+
+def test_a_mixed_fleet_and_a_crashing_canary_get_exactly_their_own(
+    gateway: GatewayProcess, tmp_path: Any
+) -> None:
+    """pika, aio-pika and kombu consumers are the fleet; the canary (aio-pika) is killed
+    (SIGKILL) while holding gray messages unacked, then restarts: the gray ones wait for it
+    and come again flagged redelivered; no normal consumer ever sees a gray one."""
+    declare(gateway.url, "mixed", QUEUE_ARGS)
+    publish(gateway.url, "mixed", "g", 100, gray=True)
+    gray = {f"g:{n}" for n in range(100)} | {f"n2:{n}" for n in range(0, 150, 15)}
+    normal = {f"n1:{n}" for n in range(150)} | {f"n2:{n}" for n in range(150)} - gray
+
+    # The canary's first life: it takes gray messages and dies holding them.
+    crashed = subprocess.Popen(
+        [sys.executable, "-c", CANARY_SCRIPT, gateway.url, "mixed"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert crashed.stdout is not None
+    first_life = [crashed.stdout.readline().strip() for _ in range(10)]
+    crashed.kill()
+    crashed.wait()
+    assert set(first_life) <= gray
+
+    fleet: list[tuple[str, str]] = []  # (client, body)
+    done = threading.Event()
+
+    def pika_fleet() -> None:
+        with pika.BlockingConnection(pika.URLParameters(gateway.url)) as conn:
+            channel = conn.channel()
+            channel.basic_qos(prefetch_count=10)
+            for method, _, body in channel.consume("mixed", inactivity_timeout=0.2):
+                if method is None:
+                    if done.is_set():
+                        break
+                    continue
+                fleet.append(("pika", body.decode()))
+                channel.basic_ack(method.delivery_tag)
+
+    def kombu_fleet() -> None:
+        with kombu.Connection(gateway.url) as conn:
+            queue = kombu.Queue("mixed", no_declare=True)
+
+            def on_message(body: Any, message: Any) -> None:
+                fleet.append(("kombu", message.body.decode()))
+                message.ack()
+
+            with conn.Consumer(queue, callbacks=[on_message], accept=None, prefetch_count=10):
+                while not done.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        conn.drain_events(timeout=0.2)
+
+    threads = [threading.Thread(target=pika_fleet), threading.Thread(target=kombu_fleet)]
+    for thread in threads:
+        thread.start()
+
+    async def aio_side() -> list[tuple[str, bool]]:
+        aio_fleet = await aio_pika.connect(gateway.url, client_properties={"connection_name": "f"})
+        channel = await aio_fleet.channel()
+        await channel.set_qos(prefetch_count=10)
+        q = await channel.get_queue("mixed", ensure=False)
+
+        async def on_fleet(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            fleet.append(("aio-pika", message.body.decode()))
+            await message.ack()
+
+        await q.consume(on_fleet)
+        canary: list[tuple[str, bool]] = []
+        restarted = await aio_pika.connect(gateway.url, client_properties={"mqgw-gray": True})
+        canary_channel = await restarted.channel()
+        cq = await canary_channel.get_queue("mixed", ensure=False)
+
+        async def on_canary(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            canary.append((message.body.decode(), message.redelivered))
+            await message.ack()
+
+        await cq.consume(on_canary)
+        # Every fleet client is subscribed before the normal messages come: each gets some.
+        while queue_consumers(gateway, "mixed") < 4:
+            await asyncio.sleep(0.02)
+        await asyncio.gather(
+            asyncio.to_thread(publish, gateway.url, "mixed", "n1", 150),
+            asyncio.to_thread(
+                publish, gateway.url, "mixed", "n2", 150, False, frozenset(range(0, 150, 15))
+            ),
+        )
+        deadline = asyncio.get_running_loop().time() + 30
+        while len({b for _, b in fleet}) < len(normal) or len({b for b, _ in canary}) < len(gray):
+            assert asyncio.get_running_loop().time() < deadline, "not every message came"
+            await asyncio.sleep(0.02)
+        await aio_fleet.close()
+        await restarted.close()
+        return canary
+
+    try:
+        canary = asyncio.run(aio_side())
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(10)
+    assert {body for _, body in fleet} == normal and len(fleet) == len(normal)
+    assert {client for client, _ in fleet} == {"pika", "kombu", "aio-pika"}
+    assert {body for body, _ in canary} == gray and len(canary) == len(gray)
+    assert all(redelivered for body, redelivered in canary if body in first_life)

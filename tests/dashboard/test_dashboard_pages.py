@@ -134,3 +134,30 @@ def test_connection_controls_close_and_the_firehose_switch(
         dashboard.wait(lambda: dashboard.text("#notice") == "firehose off for /: done")
     assert gateway.admin("GET", "/api/vhosts/%2F")[1]["tracing"] is False
     assert dashboard.script_errors() == []
+
+
+def test_gray_connections_and_gray_partitions_are_colored(
+    dashboard: Dashboard, gateway: GatewayProcess
+) -> None:
+    with pika.BlockingConnection(pika.URLParameters(gateway.url)) as setup:
+        arguments = {"x-mqgw-partitions": 4, "x-mqgw-gray-partitions": 2}
+        setup.channel().queue_declare("dash.gray", arguments=arguments)
+    params = pika.URLParameters(gateway.url)
+    params.client_properties = {"connection_name": "dash-canary", "mqgw-gray": True}
+    canary = pika.BlockingConnection(params)
+    try:
+        dashboard.logged_in("adm")
+        dashboard.go("#/connections")
+        _, connections = gateway.admin("GET", "/api/connections")
+        names = {c["client_properties"].get("connection_name"): c["name"] for c in connections}
+        row = f'#connections-table tr[data-name="{names["dash-canary"]}"]'
+        cell = dashboard.wait(lambda: dashboard.find(f"{row} td.gray"))
+        assert cell.text == "gray"
+        dashboard.go("#/queue/%2F/dash.gray")
+        dashboard.wait(lambda: len(dashboard.all("#partitions-table tbody tr")) == 4)
+        rows = dashboard.all("#partitions-table tbody tr")
+        assert ["gray" in (r.get_attribute("class") or "") for r in rows] == [
+            True, False, False, True
+        ]  # fmt: skip
+    finally:
+        canary.close()

@@ -225,7 +225,9 @@
     const partitions = Array.isArray(m.partition_details) ? m.partition_details : [];
     const columns = [...new Set(partitions.flatMap((p) => Object.keys(p)))];
     $("partitions-table").tHead.replaceChildren(h("tr", {}, ...columns.map((c) => h("th", { class: "num", text: c.replace(/_/g, " ") }))));
-    $("partitions-table").tBodies[0].replaceChildren(...partitions.map((p) => h("tr", {}, ...columns.map((c) => cell(typeof p[c] === "number" ? num(p[c]) : p[c], "num")))));
+    // Gray partitions (gray release) are colored: only gray consumers read them.
+    $("partitions-table").tBodies[0].replaceChildren(...partitions.map((p) => h("tr", p.gray ? { class: "gray" } : {},
+      ...columns.map((c) => cell(typeof p[c] === "number" ? num(p[c]) : String(p[c]), "num")))));
     $("partitions-missing").hidden = partitions.length > 0;
     $("partitions-missing").textContent = "The API gives no partition offsets for this queue (no mqgw.partition_details).";
     $("consumers-table").tBodies[0].replaceChildren(...(q.consumer_details || []).map((c) => h("tr", {},
@@ -251,6 +253,15 @@
     }
   }
 
+  // A connection's gray release state: what its consumers read, colored when gray.
+  function grayCell(gray) {
+    if (!gray) return cell("");
+    const text = gray.switching_back ? `${gray.consumes} → normal (draining)` : gray.consumes;
+    const td = cell(gray.publishes === "gray" && gray.consumes !== "gray" ? `${text}, publishes gray` : text);
+    if (gray.consumes === "gray" || gray.publishes === "gray") td.classList.add("gray");
+    return td;
+  }
+
   async function renderConnections() {
     const connections = await load("/api/connections");
     if (!connections) return;
@@ -259,10 +270,10 @@
       const close = h("button", { type: "button", class: "danger", "data-close": c.name, text: "Close" });
       return h("tr", { "data-name": c.name },
         cell(c.name), cell(props.connection_name || (props.product ? `${props.product} ${props.version || ""}` : "")), cell(c.user), cell(c.vhost), cell(c.node),
-        cell(c.channels, "num"), cell(c.state), cell(controlText((c.mqgw || {}).control), "state"),
+        cell(c.channels, "num"), cell(c.state), grayCell((c.mqgw || {}).gray), cell(controlText((c.mqgw || {}).control), "state"),
         h("td", {}, controlButtons(`/api/controls/connections/${enc(c.name)}`, `connection ${c.name}`)), h("td", {}, close));
     });
-    rebuild($("connections-table").tBodies[0], rows.length ? rows : [h("tr", {}, h("td", { colspan: "10", class: "muted", text: "No connections." }))]);
+    rebuild($("connections-table").tBodies[0], rows.length ? rows : [h("tr", {}, h("td", { colspan: "11", class: "muted", text: "No connections." }))]);
   }
   async function closeConnection(event) {
     const name = event.target.dataset.close;
