@@ -10,7 +10,9 @@ position and the reload are delivered again: applying a change must be idempoten
 
 Documents use the stores' JSON shape (meta.serialization); ``Change.entity()`` decodes one.
 Deletions with cascades become one change per removed thing: bindings first, then queues,
-then exchanges. A new vhost is ``vhost.added`` followed by its predeclared exchanges.
+then exchanges. A new vhost is ``vhost.added`` followed by its predeclared exchanges. A
+queue's gray release end (GrayEnd) goes with the queue, or its vhost, without a change of its
+own: ``queue.deleted`` and ``vhost.deleted`` say it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from meta.models import (
     ConsumptionControl,
     Deletions,
     ExchangeDef,
+    GrayEnd,
     GrayRule,
     Permission,
     Policy,
@@ -62,6 +65,8 @@ ChangeKind = Literal[
     "vhost_limits.cleared",  # dropped with their vhost
     "gray_rule.set",  # an operator's gray release rule created or replaced
     "gray_rule.deleted",
+    "gray_end.set",  # a queue's gray release ended (mqgw ctl gray end)
+    "gray_end.deleted",  # resumed; a queue's deletion (or its vhost's) drops it silently
     "placement.set",  # cluster only: document {"partitions": [group, ...]}
 ]
 CHANGE_KINDS: frozenset[str] = frozenset(get_args(ChangeKind))
@@ -76,6 +81,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "control": ConsumptionControl,
     "vhost_limits": VHostLimits,
     "gray_rule": GrayRule,
+    "gray_end": GrayEnd,
 }
 DEFAULT_LOCAL_FEED_LENGTH = 10_000  # an embedded node rarely follows; keep memory small
 
@@ -135,6 +141,8 @@ def _address(model: BaseModel) -> tuple[str, str]:
         return "", model.name
     if isinstance(model, Permission):
         return model.vhost, model.user
+    if isinstance(model, GrayEnd):
+        return model.vhost, model.queue
     if isinstance(model, ExchangeDef | QueueDef | Policy | ConsumptionControl):
         return model.vhost, model.name
     raise TypeError(f"no change kind for {type(model).__name__}")

@@ -40,7 +40,7 @@ from meta.change_feed import (
     vhost_added_changes,
     vhost_deleted_changes,
 )
-from meta.errors import vhost_not_found
+from meta.errors import queue_not_found, vhost_not_found
 from meta.metadata_file import MetadataFile
 from meta.models import (
     BUILTIN_EXCHANGE_TYPES,
@@ -50,6 +50,7 @@ from meta.models import (
     ConsumptionControl,
     Deletions,
     ExchangeDef,
+    GrayEnd,
     GrayRule,
     Permission,
     Policy,
@@ -93,6 +94,7 @@ class LocalMetadataStore(LocalConnections):
         self._controls: dict[tuple[str, str, str], ConsumptionControl] = {}
         self._vhost_limits: dict[str, VHostLimits] = {}
         self._gray_rules: dict[str, GrayRule] = {}
+        self._gray_ends: dict[tuple[str, str], GrayEnd] = {}  # (vhost, queue)
         self._connections = ConnectionCounts()  # in memory: connections end with the process
         self._next_queue_id = 1
         self._queue_id_reserved_until = 1  # ids below this may have been handed out
@@ -159,6 +161,7 @@ class LocalMetadataStore(LocalConnections):
             "controls": [_dump(c) for c in self._controls.values()],
             "vhost_limits": [_dump(v) for v in self._vhost_limits.values()],
             "gray_rules": [_dump(r) for r in self._gray_rules.values()],
+            "gray_ends": [_dump(e) for e in self._gray_ends.values()],
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
@@ -197,6 +200,11 @@ class LocalMetadataStore(LocalConnections):
             [_load(QueueDef, d) for d in document["queues"]],
             [_load(BindingDef, d) for d in document["bindings"]],
         )
+        for data in document.get("gray_ends", []):  # absent from files before gray ends
+            end = _load(GrayEnd, data)
+            state = self._state.vhosts.get(end.vhost)
+            if state is not None and end.queue in state.queues:  # not a transient one, gone
+                self._gray_ends[(end.vhost, end.queue)] = end
 
     async def _commit(self) -> None:
         """Persist everything up to now; returns once it is durable on disk (on a full disk:
@@ -248,6 +256,7 @@ class LocalMetadataStore(LocalConnections):
     async def delete_vhost(self, name: str) -> Deletions:
         state = self._state.vhosts.get(name)
         deletions = self._state.delete_vhost(name)
+        self._drop_gray_ends(deletions.queues)
         dropped: list[Permission | Policy | ConsumptionControl | VHostLimits] = []
         for key in [k for k in self._permissions if k[1] == name]:
             dropped.append(self._permissions.pop(key))
@@ -366,6 +375,34 @@ class LocalMetadataStore(LocalConnections):
     async def list_gray_rules(self) -> list[GrayRule]:
         return sorted(self._gray_rules.values(), key=lambda r: r.name)
 
+    # --- queues whose gray release ended ---
+
+    async def set_gray_end(self, end: GrayEnd) -> None:
+        if await self.get_queue(end.vhost, end.queue) is None:
+            raise queue_not_found(end.vhost, end.queue)
+        self._gray_ends[(end.vhost, end.queue)] = end
+        self._feed.publish([change("gray_end.set", end)])
+        await self._commit()
+
+    async def delete_gray_end(self, vhost: str, queue: str) -> bool:
+        end = self._gray_ends.pop((vhost, queue), None)
+        if end is None:
+            return False
+        self._feed.publish([change("gray_end.deleted", end)])
+        await self._commit()
+        return True
+
+    async def get_gray_end(self, vhost: str, queue: str) -> GrayEnd | None:
+        return self._gray_ends.get((vhost, queue))
+
+    async def list_gray_ends(self) -> list[GrayEnd]:
+        return [self._gray_ends[key] for key in sorted(self._gray_ends)]
+
+    def _drop_gray_ends(self, queues: Iterable[QueueDef]) -> None:
+        """Deleted queues lose their gray end (no change of its own: queue.deleted says it)."""
+        for q in queues:
+            self._gray_ends.pop((q.vhost, q.name), None)
+
     # --- consumption controls ---
 
     async def put_control(self, control: ConsumptionControl) -> None:
@@ -404,7 +441,9 @@ class LocalMetadataStore(LocalConnections):
         return await self._removed(self._state.delete_exchange(vhost, name, if_unused))
 
     async def _removed(self, deletions: Deletions) -> Deletions:
-        """Publish what a removal took away (cascades included) and persist it if durable."""
+        """Publish what a removal took away (cascades included) and persist it if durable.
+        (A transient queue's gray end may stay in the file: loading skips it.)"""
+        self._drop_gray_ends(deletions.queues)
         self._feed.publish(deletion_changes(deletions))
         await self._commit_if(deletions.touches_durable)
         return deletions

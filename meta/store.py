@@ -22,6 +22,7 @@ from meta.models import (
     ConsumptionControl,
     Deletions,
     ExchangeDef,
+    GrayEnd,
     GrayRule,
     Permission,
     Policy,
@@ -86,6 +87,19 @@ class MetadataStore(Protocol):
     async def get_gray_rule(self, name: str) -> GrayRule | None: ...
     async def list_gray_rules(self) -> list[GrayRule]:
         """Sorted by name."""
+
+    # --- queues whose gray release ended (mqgw ctl gray end) ---
+    async def set_gray_end(self, end: GrayEnd) -> None:
+        """Create or replace the end of queue ``end.queue`` in ``end.vhost`` (NotFound if
+        there is no such queue). It belongs to that queue: deleting the queue, or its vhost,
+        drops it, and a queue declared again under the name has none."""
+
+    async def delete_gray_end(self, vhost: str, queue: str) -> bool:
+        """False if the queue's gray release had not ended."""
+
+    async def get_gray_end(self, vhost: str, queue: str) -> GrayEnd | None: ...
+    async def list_gray_ends(self) -> list[GrayEnd]:
+        """Sorted by (vhost, queue)."""
 
     # --- users and permissions ---
     async def list_users(self) -> list[User]: ...

@@ -1,5 +1,6 @@
 """`mqgw ctl gray on|off|list|delete`: the operator's gray release rules over the admin API
-(/api/gray/rules, gateway/admin/gray_api.py).
+(/api/gray/rules, gateway/admin/gray_api.py); `mqgw ctl gray end|resume`: a queue's gray
+release ended or resumed (/api/gray/queues/{vhost}/{name}[/end]).
 
 ``on RULE [--connection-name GLOB] [--user U] [--address ADDR_OR_CIDR] [--switch on|off]``
 makes the matching connections gray. The match options given replace the rule's match whole;
@@ -9,7 +10,14 @@ rule's gray to false, keeping its match and switch; with ``--drain`` the switch 
 for the gray partitions to drain, and the command waits with it: every 0.5 s it prints what
 is still pending (the rule's ``status["pending"]``), then how long it took; exit 1 after
 ``--timeout`` seconds (default 300). ``list [--json]`` prints the rules; ``delete RULE``
-removes one. Where the admin API is and who calls it: mqgw_cli/admin_target.py.
+removes one.
+
+``end QUEUE [--vhost V] [--no-wait] [--timeout S]`` ends the queue's gray release (it has no
+gray partitions from then on), then, unless ``--no-wait``, polls every 0.5 s printing how
+many messages its former gray partitions still hold from before the end (``left N`` and per
+partition) until none, then how long the drain took; exit 1 after ``--timeout`` seconds
+(default 300; the end stays). ``resume QUEUE [--vhost V]`` gives the queue its gray
+partitions back. Where the admin API is and who calls it: mqgw_cli/admin_target.py.
 """
 
 from __future__ import annotations
@@ -33,6 +41,11 @@ COLUMNS = ("NAME", "GRAY", "CONNECTION NAME", "USER", "ADDRESS", "SWITCH", "DRAI
 
 def _path(rule: str = "") -> str:
     return "/api/gray/rules" + ("/" + urllib.parse.quote(rule, safe="") if rule else "")
+
+
+def _queue_path(vhost: str, queue: str, end: bool = False) -> str:
+    quoted = f"{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(queue, safe='')}"
+    return f"/api/gray/queues/{quoted}" + ("/end" if end else "")
 
 
 def _stored(target: AdminTarget, rule: str) -> tuple[Answer, dict[str, Any] | None]:
@@ -117,6 +130,57 @@ def _wait_drained(prog: str, args: argparse.Namespace) -> int:
         time.sleep(POLL_INTERVAL_S)
 
 
+def run_gray_end(args: argparse.Namespace) -> int:
+    """``end`` and ``resume``."""
+    prog = f"mqgw ctl gray {args.gray_action}"
+    where = f"queue '{args.queue}'" + ("" if args.vhost == "/" else f" in vhost '{args.vhost}'")
+    method = "POST" if args.gray_action == "end" else "DELETE"
+    path = _queue_path(args.vhost, args.queue, end=True)
+    answer = ask(prog, args, lambda target: call(target, method, path))
+    if isinstance(answer, int):
+        return answer
+    if args.gray_action == "resume":
+        print(f"gray release of {where}: resumed", file=sys.stderr)
+        return 0
+    ends = sorted(int(p) for p in ((answer.body or {}).get("ends") or {}))
+    done = "ended" if answer.status == 202 else "had ended already"
+    partitions = ", ".join(str(p) for p in ends) or "none"
+    print(f"gray release of {where}: {done} (gray partitions {partitions})", file=sys.stderr)
+    return 0 if args.no_wait else _wait_ended(prog, args, where)
+
+
+def _wait_ended(prog: str, args: argparse.Namespace, where: str) -> int:
+    """Poll the queue's gray status until its former gray partitions are drained."""
+    started = time.monotonic()
+    path = _queue_path(args.vhost, args.queue)
+    while True:
+        answer = ask(prog, args, lambda target: call(target, "GET", path))
+        if isinstance(answer, int):
+            return answer
+        status = (answer.body or {}).get("status")
+        took = time.monotonic() - started
+        if status is None:
+            print(f"{prog}: gray release of {where} was resumed meanwhile", file=sys.stderr)
+            return 1
+        left = int(status["left"])
+        if left == 0:
+            print(f"gray release of {where} ended; its gray partitions drained in {took:.1f} s")
+            return 0
+        if took >= args.timeout:
+            print(
+                f"{prog}: {where} still has {left} message(s) from before the end in its"
+                f" former gray partitions after {args.timeout:g} s (gray release stays"
+                " ended: every consumer reads them)",
+                file=sys.stderr,
+            )
+            return 1
+        counts = ", ".join(
+            f"partition {p['partition']}: {p['messages']}" for p in status["partitions"]
+        )
+        print(f"waiting ({took:.1f} s): left {left} ({counts})", flush=True)
+        time.sleep(POLL_INTERVAL_S)
+
+
 def _compact(pending: list[Any]) -> str:
     return "; ".join(json.dumps(item, separators=(",", ":")) for item in pending)
 
@@ -174,3 +238,16 @@ def add_gray_commands(actions: Any) -> None:
         add_admin_options(sub)
     for sub in (on, off, delete, listing):
         sub.set_defaults(func=run_gray)
+    end = subs.add_parser(
+        "end", help="end QUEUE's gray release (no gray partitions) and wait for them to drain"
+    )
+    end.add_argument("--no-wait", action="store_true", help="do not wait for the drain")
+    end.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help="default 300"
+    )
+    resume = subs.add_parser("resume", help="give QUEUE its gray partitions back")
+    for sub in (end, resume):
+        sub.add_argument("queue", metavar="QUEUE")
+        sub.add_argument("--vhost", default="/", help="the queue's vhost (default /)")
+        add_admin_options(sub)
+        sub.set_defaults(func=run_gray_end)

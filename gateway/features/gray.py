@@ -274,7 +274,7 @@ class GrayRegistry:
             "switching_back": connection in self.drains,
         }
 
-    def status(self, name: str) -> dict[str, object]:
+    def status(self, name: str) -> dict[str, Any]:
         """What the rule does on this gateway now: the connections it decides, and for a
         draining switch back, what each still waits for."""
         ruled = [c.name for c, color in self.connections.items() if color.rule == name]

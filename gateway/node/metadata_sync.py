@@ -10,6 +10,7 @@ their runtime. ``reload`` rebuilds everything from the store after a gap in the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from gateway.sessions import taps
@@ -18,6 +19,7 @@ from meta.models import (
     BindingDef,
     Deletions,
     ExchangeDef,
+    GrayEnd,
     GrayRule,
     QueueDef,
     VHost,
@@ -56,6 +58,14 @@ async def apply_change(node: Node, change: Change) -> None:
     if kind == "gray_rule.deleted":
         node.gray.rule_deleted(change.name)
         return
+    if kind == "gray_end.set":  # the queue loses its gray partitions at once
+        end = change.entity()
+        assert isinstance(end, GrayEnd)
+        node.gray.end_set(end)
+        return
+    if kind == "gray_end.deleted":
+        node.gray.end_deleted(change.vhost, change.name)
+        return
     if kind == "placement.set":  # a queue's partitions placed on broker groups
         if node.cluster is not None and node.cluster.placement is not None:
             node.cluster.placement.changed(change)
@@ -66,6 +76,7 @@ async def apply_change(node: Node, change: Change) -> None:
         return
     if kind == "vhost.deleted":
         await node.forget_vhost(change.vhost)
+        _forget_gray_ends(node, change.vhost, node.gray.ended_in(change.vhost))
         return
     if kind == "vhost.updated":  # the firehose switched on or off (a gateway's admin API)
         updated, vhost = change.entity(), node.vhosts.get(change.vhost)
@@ -96,6 +107,7 @@ async def apply_change(node: Node, change: Change) -> None:
     elif kind == "queue.deleted":
         assert isinstance(entity, QueueDef)
         await vhost.forget(Deletions(queues=(entity,)))
+        _forget_gray_ends(node, entity.vhost, [entity.name])
     elif kind == "binding.added":
         assert isinstance(entity, BindingDef)
         if vhost.router.get_exchange(entity.source) is not None:
@@ -106,13 +118,15 @@ async def apply_change(node: Node, change: Change) -> None:
 
 
 async def reload(node: Node) -> None:
-    """After a gap in the feed: users, permissions, controls, limits, gray rules, and every
-    vhost's topology (queues gone elsewhere lose their runtime here; new ones get one)."""
+    """After a gap in the feed: users, permissions, controls, limits, gray rules and ends,
+    and every vhost's topology (queues gone elsewhere lose their runtime here; new ones get
+    one)."""
     await node.access.load()
     await node.refresh_users()
     await node.controls.reload()
     await node.load_vhost_limits()
     node.gray.load(await node.meta.list_gray_rules())
+    node.gray.load_ends(await node.meta.list_gray_ends())
     names = {v.name for v in await node.meta.list_vhosts()}
     for name in [n for n in node.vhosts if n not in names]:
         await node.forget_vhost(name)
@@ -122,6 +136,12 @@ async def reload(node: Node) -> None:
             await node.open_vhost(name)
         else:
             await _reload_vhost(node, vhost)
+
+
+def _forget_gray_ends(node: Node, vhost: str, queues: Iterable[str]) -> None:
+    """Deleted queues lose their gray end in the store without a change of its own."""
+    for queue in list(queues):
+        node.gray.end_deleted(vhost, queue)
 
 
 async def _reload_vhost(node: Node, vhost: VirtualHost) -> None:

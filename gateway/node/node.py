@@ -154,6 +154,7 @@ class Node:
         await self.controls.load()
         await self.load_vhost_limits()
         self.gray.load(await self.meta.list_gray_rules())
+        self.gray.load_ends(await self.meta.list_gray_ends())
         await self.meta.forget_connections(self.name)  # a former process of this name
         known: set[int] = {TIMER_QUEUE_ID}
         for vhost_def in await self.meta.list_vhosts():
@@ -279,6 +280,7 @@ class Node:
     def _queue_deleted(self, queue: QueueRuntime) -> None:
         """Consumers of a deleted queue are cancelled; clients that can hear it are told."""
         self.broadcasts.queue_deleted(queue)
+        self.gray.end_deleted(queue.definition.vhost, queue.name)  # a new one starts afresh
         # The queue layer holds them as QueueConsumers; the node made them, as Consumers.
         for consumer in cast(list[Consumer], list(queue.consumers)):
             session = consumer.channel.session

@@ -7,14 +7,17 @@ gateway is killed (kill -9), and nothing is lost (docs/gray.md)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aio_pika
 import pytest
 
 from bench.servers import GatewayServer
+from tests.cli.commands import clean_env, mqgw
 from tests.cluster.conftest import Cluster, running_cluster
 from tests.compat.test_gray_release import QUEUE_ARGS, declare, gray_state, publish
 
@@ -185,3 +188,32 @@ def test_with_redis_lost_connections_keep_their_gray_state(pair: Cluster) -> Non
     fleet, canary = asyncio.run(asyncio.wait_for(scenario(), 90))
     assert canary.bodies() == {f"gray:{n}" for n in range(50)} | {"warm-gray:0"}
     assert fleet.bodies() == {f"normal:{n}" for n in range(50)} | {"warm-normal:0"}
+
+
+def test_the_drain_command_waits_for_a_canary_on_another_gateway(pair: Cluster) -> None:
+    """`mqgw ctl gray off RULE --drain` through gwA ends only once the canary, consuming on
+    gwB, has switched back: the other gateways' switch backs count as pending."""
+    gw_a, gw_b = pair.gateways
+    declare(gw_a.url, "invoices", QUEUE_ARGS)
+
+    async def scenario() -> tuple[subprocess.CompletedProcess[str], dict[str, Any], float]:
+        canary = Consumer("invoices-canary", slow_s=0.01)
+        await canary.start(gw_b, "invoices")
+        rule = {"match": {"connection_name": "invoices-canary"}, "gray": True}
+        assert gw_a.admin("PUT", "/api/gray/rules/canary", rule)[0] == 201
+        await until("gray", lambda: gray_state(gw_b, "invoices-canary")["consumes"] == "gray")
+        await asyncio.to_thread(publish, gw_a.url, "invoices", "gray", 200, True)
+        env = clean_env(Path(pair.root), MQGW_ADMIN_URL=f"http://127.0.0.1:{gw_a.admin_port}")
+        started = time.monotonic()
+        done = await asyncio.to_thread(mqgw, "ctl", "gray", "off", "canary", "--drain", env=env)
+        took = time.monotonic() - started
+        state = gray_state(gw_b, "invoices-canary")
+        await canary.stop()
+        return done, state, took
+
+    done, state, took = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert done.returncode == 0, done.stderr
+    assert "waiting" in done.stdout  # it did wait: 200 messages at 100 a second
+    assert done.stdout.strip().splitlines()[-1].startswith("gray rule 'canary': gray off, drained")
+    assert state["consumes"] == "normal" and not state["switching_back"]
+    assert took < 30
