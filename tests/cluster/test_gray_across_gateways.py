@@ -137,7 +137,8 @@ def test_a_drained_switch_back_completes_while_the_other_gateway_is_killed(
         await fleet_again.stop()
         return fleet, canary, fleet_again, propagation
 
-    fleet, canary, again, _ = asyncio.run(asyncio.wait_for(scenario(), 90))
+    fleet, canary, again, propagation = asyncio.run(asyncio.wait_for(scenario(), 90))
+    print(f"rule propagation across gateways {propagation * 1000:.0f} ms")
     everything = fleet.got + canary.got + again.got
     expected = {f"billing-canary:{n}" for n in range(300)} | {f"normal:{n}" for n in range(300)}
     assert {body for body, _ in everything} == expected
@@ -212,6 +213,7 @@ def test_the_drain_command_waits_for_a_canary_on_another_gateway(pair: Cluster) 
         return done, state, took
 
     done, state, took = asyncio.run(asyncio.wait_for(scenario(), 90))
+    print(f"gray off --drain across gateways: {took:.2f} s")
     assert done.returncode == 0, done.stderr
     assert "waiting" in done.stdout  # it did wait: 200 messages at 100 a second
     assert done.stdout.strip().splitlines()[-1].startswith("gray rule 'canary': gray off, drained")

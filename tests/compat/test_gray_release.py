@@ -241,6 +241,7 @@ def test_a_rule_colors_live_connections_and_a_drained_switch_back_loses_nothing(
         return got["canary"], got["fleet"], propagation, switch_back
 
     canary, fleet, propagation, switch_back = asyncio.run(asyncio.wait_for(scenario(), 60))
+    print(f"rule propagation {propagation * 1000:.0f} ms, switch back {switch_back:.2f} s")
     assert propagation < 1.0
     everything = canary + fleet
     assert len(everything) == len(set(everything)) == 700
