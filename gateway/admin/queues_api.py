@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -28,9 +27,8 @@ if TYPE_CHECKING:
 
 def head_age_s(queue: QueueRuntime, now_ms: int) -> float | None:
     """Seconds since the oldest ready message read into memory was stored (None: none is)."""
-    stamps = [m.store_ts_ms for _, m in itertools.islice(queue.buffer, 1)]
-    stamps += [m.store_ts_ms for _, _, m in queue.requeued[:1]]
-    return round(max(0, now_ms - min(stamps)) / 1000, 3) if stamps else None
+    oldest = min((m.store_ts_ms for _, m in queue.held()), default=None)  # both gray lanes
+    return None if oldest is None else round(max(0, now_ms - oldest) / 1000, 3)
 
 
 def queue_stats(

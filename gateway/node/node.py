@@ -541,9 +541,8 @@ class Node:
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
                 queues += 1
-                buffered_count += len(queue.buffer) + len(queue.requeued)
-                buffered += sum(len(m.body) for _, m in queue.buffer)
-                buffered += sum(len(m.body) for _, _, m in queue.requeued)
+                buffered_count += queue.held_count()
+                buffered += sum(len(m.body) for _, m in queue.held())
         return {
             "resident": memory.resident_bytes(),
             "high_watermark": self.memory_alarm.on_above,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from gateway.queues.behaviour import QueueBehaviour
@@ -317,11 +317,9 @@ class GrayLanesRuntime(QueueRuntime):
 
     # -- what is held -----------------------------------------------------------------------
 
-    def _held(self) -> Iterable[Held]:
-        yield from self.buffer
+    def held(self) -> Iterator[Held]:
+        yield from super().held()
         yield from self.gray_buffer
-        for _, partition, message in self.requeued:
-            yield partition, message
         for _, partition, message in self.gray_requeued:
             yield partition, message
 
@@ -331,7 +329,7 @@ class GrayLanesRuntime(QueueRuntime):
         )
 
     async def _held_bytes(self) -> int:
-        return sum(len(m.body) for _, m in self._held())
+        return sum(len(m.body) for _, m in self.held())
 
     def committed_offsets(self) -> list[int]:
         lowest = super().committed_offsets()

@@ -29,7 +29,7 @@ import heapq
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -495,6 +495,12 @@ class QueueRuntime:
     def held_count(self) -> int:
         """Messages read from the store and not handed out (buffered or requeued)."""
         return len(self.buffer) + len(self.requeued)
+
+    def held(self) -> Iterator[tuple[int, StoredMessage]]:
+        """Those messages, as (partition, message)."""
+        yield from self.buffer
+        for _, partition, message in self.requeued:
+            yield partition, message
 
     def clear_held(self) -> None:
         """Forget what was read and not handed out (purge, reset: positions move)."""

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pika
 import pytest
 
 from bench.servers import check_for, free_port
+from mqgw_cli.admin_client import admin_call
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("redis", "broker", "w1", "w2")
@@ -279,3 +281,49 @@ def test_without_redis_server_on_the_path_it_names_the_package(tmp_path: Path) -
         env={**os.environ, "PATH": str(tmp_path)},
     )
     assert done.returncode == 2 and "apt-get install redis-server" in done.stderr, done.stderr
+
+
+def test_a_global_throttle_totals_over_the_workers(workers: Workers) -> None:
+    """A global limit of 400 msgs/s is 400 for both workers together (cluster shares,
+    gateway/cluster/shares.py), each worker delivering its own queue; 800 before."""
+    workers.start()
+    on = {w: [workers.connect_to(w), workers.connect_to(w)] for w in ("w1", "w2")}
+    queues = {"w1": "t-w1", "w2": "t-w2"}
+    for worker, queue in queues.items():
+        on[worker][0].channel().queue_declare(queue, durable=True)
+        publish(on[worker][0], queue, [b"m"] * 4000)
+    base = f"http://127.0.0.1:{workers.admin_port}"
+    status, answer = admin_call(
+        base, "PUT", "/api/controls/global", {"rate_msgs": 400}, "guest", "guest", timeout_s=30
+    )
+    assert status == 200, answer
+    counts = dict.fromkeys(queues, 0)
+    stop = threading.Event()
+
+    def count(worker: str) -> None:
+        conn = on[worker][1]
+        ch = conn.channel()
+
+        def on_message(channel: object, method: object, properties: object, body: bytes) -> None:
+            counts[worker] += 1
+
+        ch.basic_consume(queues[worker], on_message, auto_ack=True)
+        while not stop.is_set():
+            conn.process_data_events(time_limit=0.1)
+
+    threads = [threading.Thread(target=count, args=(w,)) for w in queues]
+    for thread in threads:
+        thread.start()
+    try:
+        stop.wait(3.0)  # the shares settle within a few periods of 0.25 s
+        before, started = sum(counts.values()), time.monotonic()
+        stop.wait(6.0)
+        rate = (sum(counts.values()) - before) / (time.monotonic() - started)
+        each = dict(counts)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    print(f"global 400 msgs/s over two workers: {rate:.0f} msgs/s ({each})")
+    assert all(n > 0 for n in each.values()), each  # both workers delivered
+    assert abs(rate - 400) <= 40, f"{rate:.0f} msgs/s, not 400 ± 10 %"

@@ -235,7 +235,19 @@ def test_a_rule_colors_live_connections_and_a_drained_switch_back_loses_nothing(
         switch_back = asyncio.get_running_loop().time() - switch_started
         while len(got["canary"]) + len(got["fleet"]) < 700:
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)  # a duplicate would show up here
+        # Marked messages now wait (no gray consumer is left) until gray release ends.
+        marked = frozenset(range(20))
+        await asyncio.to_thread(publish, gateway.url, "billing", "marked", 20, False, marked)
+        while depth(gateway, "billing") < 20:
+            await asyncio.sleep(0.02)
+        assert gateway.admin("POST", "/api/gray/queues/%2F/billing/end")[0] == 202
+        while len(got["canary"]) + len(got["fleet"]) < 720:
+            await asyncio.sleep(0.02)
+        _, ended = gateway.admin("GET", "/api/gray/queues/%2F/billing")
+        assert ended["ended"] and ended["gray_now"] == []
+        while ended["status"]["left"]:  # the last acks
+            await asyncio.sleep(0.02)
+            _, ended = gateway.admin("GET", "/api/gray/queues/%2F/billing")
         for conn in conns:
             await conn.close()
         return got["canary"], got["fleet"], propagation, switch_back
@@ -244,7 +256,7 @@ def test_a_rule_colors_live_connections_and_a_drained_switch_back_loses_nothing(
     print(f"rule propagation {propagation * 1000:.0f} ms, switch back {switch_back:.2f} s")
     assert propagation < 1.0
     everything = canary + fleet
-    assert len(everything) == len(set(everything)) == 700
+    assert len(everything) == len(set(everything)) == 720
     gray = {f"billing-canary:{n}" for n in range(300)}
     assert not gray & set(fleet), "a gray message reached a normal consumer"
     assert gray <= set(canary)
