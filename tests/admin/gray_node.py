@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,9 @@ async def admin_node(data: Path) -> AsyncIterator[AdminNode]:
             sock.close()
             await node.shutdown()
             await meta.close()
+
+
+def recent(set_at: str) -> bool:
+    """An ISO 8601 time with its zone, within a minute of now (a server-set ``set_at``)."""
+    when = datetime.fromisoformat(set_at.replace("Z", "+00:00"))
+    return when.tzinfo is not None and abs((datetime.now(UTC) - when).total_seconds()) < 60

@@ -7,7 +7,6 @@ change; the end is loaded again when the node starts on the same data."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from gateway.queues.runtime import QueueRuntime
 from meta.models import GrayEnd
-from tests.admin.gray_node import WATCHER, AdminNode, admin_node
+from tests.admin.gray_node import WATCHER, AdminNode, admin_node, recent
 
 pytestmark = pytest.mark.anyio
 QUEUE = "/api/queues/%2F/orders"
@@ -27,11 +26,6 @@ ARGUMENTS = {"x-mqgw-partitions": 4, "x-mqgw-gray-partitions": 2}
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # uvicorn
-
-
-def _recent(set_at: str) -> bool:
-    when = datetime.fromisoformat(set_at.replace("Z", "+00:00"))
-    return when.tzinfo is not None and abs((datetime.now(UTC) - when).total_seconds()) < 60
 
 
 async def _declare(gw: AdminNode, arguments: dict[str, Any] = ARGUMENTS) -> None:
@@ -89,7 +83,7 @@ async def test_end_show_the_drain_and_resume(tmp_path: Path) -> None:
 
         status, ended = await gw.call("POST", END)
         assert status == 202, ended
-        assert ended["vhost"] == "/" and ended["queue"] == "orders" and _recent(ended["set_at"])
+        assert ended["vhost"] == "/" and ended["queue"] == "orders" and recent(ended["set_at"])
         ends = {int(p): offset for p, offset in ended["ends"].items()}
         assert set(ends) == {0, 3} and sum(ends.values()) == 5  # the gray messages only
         record = GrayEnd(vhost="/", queue="orders", ends=ends, set_at=ended["set_at"])

@@ -6,7 +6,6 @@ the rules are loaded again when the node starts on the same data."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import anyio
 import pytest
 
 from meta.models import GrayMatch, GrayRule
-from tests.admin.gray_node import WATCHER, admin_node
+from tests.admin.gray_node import WATCHER, admin_node, recent
 
 pytestmark = pytest.mark.anyio
 PATH = "/api/gray/rules/canary"
@@ -26,18 +25,13 @@ def anyio_backend() -> str:
     return "asyncio"  # uvicorn
 
 
-def _recent(set_at: str) -> bool:
-    when = datetime.fromisoformat(set_at.replace("Z", "+00:00"))
-    return when.tzinfo is not None and abs((datetime.now(UTC) - when).total_seconds()) < 60
-
-
 async def test_create_replace_show_list_and_delete(tmp_path: Path) -> None:
     async with admin_node(tmp_path) as gw:
         assert await gw.call("GET", "/api/gray/rules") == (200, [])
         assert await gw.call("PUT", PATH, BODY) == (201, None)
         status, shown = await gw.call("GET", PATH)
         assert status == 200, shown
-        assert _recent(shown.pop("set_at"))
+        assert recent(shown.pop("set_at"))
         assert shown == {
             "name": "canary",
             "match": {"connection_name": "billing-canary-*", "user": None, "address": None},
@@ -61,7 +55,7 @@ async def test_create_replace_show_list_and_delete(tmp_path: Path) -> None:
             drain=True,
             set_at=rule.set_at,
         )
-        assert rule == expected and _recent(rule.set_at)
+        assert rule == expected and recent(rule.set_at)
         assert await gw.node.meta.get_gray_rule("canary") == expected
         assert await gw.call(
             "PUT", "/api/gray/rules/v6", {"match": {"address": "::1"}, "gray": True}
