@@ -43,7 +43,8 @@ class UnknownQueue(StoreError):
 
 
 class QueueExists(StoreError):
-    """create_queue was called for a queue id that exists with another partition count."""
+    """No longer raised: create_queue grows a queue instead of refusing another partition
+    count. Kept so that the wire codec still decodes it from a broker of an older version."""
 
 
 class CorruptionError(StoreError):

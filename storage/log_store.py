@@ -24,7 +24,6 @@ from storage.consume_queue import ConsumeQueue
 from storage.errors import (
     CorruptionError,
     DiskFull,
-    QueueExists,
     StoreClosed,
     StoreError,
     StoreLocked,
@@ -298,37 +297,62 @@ class LogStore:
     def _queue_dir(self, queue_id: int, partition: int) -> Path:
         return self.config.data_dir / "consumequeue" / str(queue_id) / str(partition)
 
+    def _open_partition(self, queue_id: int, partition: int) -> ConsumeQueue:
+        cq = ConsumeQueue(
+            self.fs,
+            self._queue_dir(queue_id, partition),
+            queue_id,
+            partition,
+            self.config.cq_entries_per_segment,
+        )
+        cq.load()
+        return cq
+
     def _open_queue(self, info: QueueInfo) -> None:
         for partition in range(info.partitions):
-            cq = ConsumeQueue(
-                self.fs,
-                self._queue_dir(info.queue_id, partition),
-                info.queue_id,
-                partition,
-                self.config.cq_entries_per_segment,
-            )
-            cq.load()
-            self.cqs[(info.queue_id, partition)] = cq
+            self.cqs[(info.queue_id, partition)] = self._open_partition(info.queue_id, partition)
 
-    def create_queue(self, queue_id: int, partitions: int) -> None:
-        """Idempotent for the same partition count; QueueExists for another."""
-        self._check_open()
-        existing = self.registry.queues.get(queue_id)
-        if existing is not None:
-            if existing.partitions != partitions:
-                raise QueueExists(f"queue {queue_id} has {existing.partitions} partitions")
-            return
-        if not 1 <= partitions <= 65535:
-            raise ValueError("partitions must be in 1..65535")
-        info = QueueInfo(queue_id, partitions, self.commit_log.write_offset)
-        self._open_queue(info)
-        for partition in range(partitions):
+    def _new_partition(self, queue_id: int, partition: int) -> ConsumeQueue:
+        """A partition being created, its first index file prepared."""
+        cq = self._open_partition(queue_id, partition)
+        try:
             # Its first index file now, not at its first message: with thousands of queues
             # the first round of publishes would otherwise pay a file creation each.
-            self.cqs[(queue_id, partition)].prepare()
-        self.registry.queues[queue_id] = info
+            cq.prepare()
+        except BaseException:
+            cq.close()
+            raise
+        return cq
+
+    def create_queue(self, queue_id: int, partitions: int) -> None:
+        """Ensures the queue exists with at least ``partitions`` partitions: creates it, or
+        adds empty partitions after the existing ones to reach the count (their offsets start
+        at 0); a queue with as many or more is left as it is. Partitions are never removed
+        here. All or nothing: a failure (OSError) leaves the queue as it was."""
+        self._check_open()
+        if not 1 <= partitions <= 65535:
+            raise ValueError("partitions must be in 1..65535")
+        existing = self.registry.queues.get(queue_id)
+        first = 0 if existing is None else existing.partitions
+        if first >= partitions:
+            return
+        added: list[ConsumeQueue] = []
+        try:
+            for partition in range(first, partitions):
+                added.append(self._new_partition(queue_id, partition))
+        except BaseException:
+            for cq in added:
+                cq.close()
+            raise
+        offset = self.commit_log.write_offset
+        if existing is None:
+            self.registry.queues[queue_id] = QueueInfo(queue_id, partitions, offset)
+        else:
+            existing.grow(partitions, offset)
+        for cq in added:
+            self.cqs[(queue_id, cq.partition)] = cq
         # Saved before the next append (see append): declaring 10,000 queues costs one write,
-        # and no record can reach a queue the registry on disk does not know.
+        # and no record can reach a partition the registry on disk does not know.
         self.registry.dirty = True
 
     def delete_queue(self, queue_id: int) -> None:
@@ -360,7 +384,8 @@ class LogStore:
             return AppendResult(start, start, 0)
         if self.pending_index is not None:  # housekeeping writes them once space returns
             raise DiskFull("recovery's index entries wait for space; nothing appended")
-        if self.registry.dirty and not self.registry.save():
+        # Also when a checkpoint's snapshot of it is still being written by its thread.
+        if self.registry.unsaved and not self.registry.save():
             raise DiskFull("no space left for the queue registry; nothing appended")
         store_ts = max(self.clock(), self.commit_log.last_store_ts_ms)
         offsets: list[int] = []

@@ -55,7 +55,11 @@ class StorePort(Protocol):
         ...
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
-        """Idempotent for the same partition count; QueueExists for another."""
+        """Ensures the queue exists with at least ``partitions`` partitions: creates it, or
+        adds empty partitions after the existing ones to reach the count (their offsets start
+        at 0, their index files prepared as at creation); a queue with as many or more is left
+        as it is. Partitions are never removed here. ValueError unless ``partitions`` is in
+        1..65535."""
         ...
 
     async def queues(self) -> dict[int, int]:

@@ -8,7 +8,8 @@ Where validation stops we decide between two cases:
   raise CorruptionError naming segment and offset; `mqgw storage repair` is the way forward.
 Then consume-queue entries pointing past the end are dropped, and entries missing after the
 checkpoint are re-dispatched from the records' destination lists (idempotent: an entry is only
-added when its record lies beyond the queue's last entry).
+added when its record lies beyond the queue's last entry, and not before its partition was added:
+QueueInfo.added_at).
 
 Nothing here needs free space to succeed. Cutting a torn tail and dropping index entries only
 shrink files (and the cut is fsynced with the tail segment, whatever happens to the checkpoint).
@@ -198,7 +199,11 @@ def record_starts_at(commit_log: CommitLog, offset: int) -> bool:
 
 def _redispatch(store: LogStore, start: int) -> int:
     last_seen = {key: cq.last_commit_offset for key, cq in store.cqs.items()}
-    created = {q: info.created_at for q, info in store.registry.queues.items()}
+    added = {
+        (q, p): at
+        for q, info in store.registry.queues.items()
+        for p, at in enumerate(info.added_at)
+    }
     pending: dict[tuple[int, int], bytearray] = {}
     pending_bytes = 0
     count = 0
@@ -219,7 +224,7 @@ def _redispatch(store: LogStore, start: int) -> int:
         for i in range(dest_count):
             queue_id, partition, _ = DEST.unpack_from(buf, pos + HEADER_SIZE + i * DEST_SIZE)
             key = (queue_id, partition)
-            if key not in last_seen or commit < created[queue_id] or commit <= last_seen[key]:
+            if key not in last_seen or commit < added[key] or commit <= last_seen[key]:
                 continue
             pending.setdefault(key, bytearray()).extend(CQ_ENTRY.pack(commit, size, store_ts))
             last_seen[key] = commit

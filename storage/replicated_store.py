@@ -430,7 +430,9 @@ class ReplicatedStore:
         }
         if int(head.get("registry_version", 0)) != self.registry_version:
             answer["registry_version"] = self.registry_version
-            answer["registry"] = self.log.registry.snapshot().document.decode()
+            # Not a snapshot: that would count as written, and the master's next append
+            # would not save a registry its file may not hold yet.
+            answer["registry"] = self.log.registry.document().decode()
         answer["offsets"], answer["fences"] = self._offsets_for(
             replica, bool(head.get("all_offsets"))
         )

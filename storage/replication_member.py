@@ -234,12 +234,24 @@ class ReplicationMember:
         theirs = {int(k): QueueInfo(**v) for k, v in document["queues"].items()}  # type: ignore[arg-type]
         for queue_id in set(log_store.registry.queues) - set(theirs):
             log_store.delete_queue(queue_id)
+        partitions_added = False
         for queue_id, info in theirs.items():
             mine = log_store.registry.queues.get(queue_id)
-            if mine is None or mine.partitions != info.partitions:
-                if mine is not None:
-                    log_store.delete_queue(queue_id)
+            if mine is not None and (
+                mine.created_at != info.created_at or mine.partitions > info.partitions
+            ):
+                # The master deleted the queue and declared it again: another queue.
+                log_store.delete_queue(queue_id)
+                mine = None
+            if mine is None or mine.partitions < info.partitions:
+                # Creates it, or grows it as the master did: what it holds stays.
                 log_store.create_queue(queue_id, info.partitions)
                 mine = log_store.registry.queues[queue_id]
+                partitions_added = True
             mine.created_at, mine.floors, mine.dropped = info.created_at, info.floors, info.dropped
+            mine.added_at = info.added_at
         log_store.registry.dirty = True
+        if partitions_added:
+            # Saved before the chunk that came with it is indexed, as an append saves it
+            # first on a master: a restart must know every partition the log has reached.
+            log_store.registry.save()

@@ -267,6 +267,8 @@ class RoutedStore:
     # -- whole queues: their owners -------------------------------------------------------
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
+        """Every group owning one of the ``partitions`` creates or grows the whole queue: a
+        group keeps every partition of a queue it holds any of (see the module doc)."""
         known = self.placement(queue_id)
         owners = {self.group_of(queue_id, p) for p in range(partitions)} if known else set()
         answers = await self._on(

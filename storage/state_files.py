@@ -76,17 +76,41 @@ def _write_json(fs: FileSystem, path: Path, value: Any) -> None:
 
 @dataclass
 class QueueInfo:
-    """A queue id known to the store; ``created_at`` stops reuse of old records on recovery."""
+    """A queue id known to the store; ``created_at`` and ``added_at`` stop reuse of old
+    records on recovery and on a replica."""
 
     queue_id: int
     partitions: int
     created_at: int  # commitlog offset at creation: earlier records never belong to it
     floors: list[int] = field(default_factory=list)  # per partition: purge moved min up to here
     dropped: list[int] = field(default_factory=list)  # per partition: lost unread to retention
+    # Per partition: the commitlog offset it was added at (``created_at``, or where
+    # create_queue grew the queue). A record stored earlier naming it (routed to a partition
+    # that did not exist yet: indexed nowhere then) must not appear in it on re-dispatch.
+    added_at: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.floors = self.floors or [0] * self.partitions
         self.dropped = self.dropped or [0] * self.partitions
+        self.added_at = self.added_at or [self.created_at] * self.partitions
+
+    def grow(self, partitions: int, offset: int) -> None:
+        """Add partitions after the existing ones, up to ``partitions``, at commitlog
+        ``offset``."""
+        added = partitions - self.partitions
+        self.floors += [0] * added
+        self.dropped += [0] * added
+        self.added_at += [offset] * added
+        self.partitions = partitions
+
+    def document(self) -> dict[str, Any]:
+        """As the registry file holds it. ``added_at`` only once the queue has grown: the
+        entry of a queue that never grew stays readable by brokers (and replicas) of versions
+        without growth."""
+        document = asdict(self)
+        if all(at == self.created_at for at in self.added_at):
+            del document["added_at"]
+        return document
 
 
 class RegistrySnapshot(NamedTuple):
@@ -118,14 +142,24 @@ class QueueRegistry:
         data = _read_json(self.path) or {}
         self.queues = {int(k): QueueInfo(**v) for k, v in data.get("queues", {}).items()}
 
+    @property
+    def unsaved(self) -> bool:
+        """Whether the file may lack something the memory holds: changed since the last
+        snapshot, or a snapshot taken (a checkpoint's, written by a worker thread) is not
+        written yet."""
+        return self.dirty or self._written < self._version
+
+    def document(self) -> bytes:
+        """The registry as its file holds it (in the owner's thread); changes nothing."""
+        queues = {str(k): v.document() for k, v in self.queues.items()}
+        return json.dumps({"queues": queues}, separators=(",", ":"), sort_keys=True).encode()
+
     def snapshot(self) -> RegistrySnapshot:
         """The registry to write (in the owner's thread); it counts as written from now on,
         until a write of it fails."""
         self.dirty = False
         self._version += 1
-        queues = {str(k): asdict(v) for k, v in self.queues.items()}
-        document = json.dumps({"queues": queues}, separators=(",", ":"), sort_keys=True)
-        return RegistrySnapshot(self._version, document.encode())
+        return RegistrySnapshot(self._version, self.document())
 
     def write(self, snapshot: RegistrySnapshot) -> bool:
         """Write ``snapshot`` (any thread) unless a newer one is on disk already. On a full

@@ -50,6 +50,47 @@ async def test_slave_holds_what_the_master_confirmed_and_takes_over(group: Group
         assert bodies == [f"m{i}".encode() for i in range(500)]
 
 
+async def test_a_slave_grows_a_queue_with_its_master(group: Group) -> None:
+    """create_queue adding partitions on the master: the slave adds them too, keeps what the
+    old ones hold, and indexes the new ones' records; it has all of them once it takes over."""
+    group.add_controller("c1")
+    group.add_broker("a")
+    group.add_broker("b")
+    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
+    master = group.master(record)
+    slave_id = next(i for i in group.brokers if i != record.master)
+
+    def to(partition: int, *names: str) -> list[Record]:
+        return [Record(b"ex", b"rk", b"", n.encode(), ((1, partition),)) for n in names]
+
+    async with connect_remote_store(master.address) as store:
+        await store.create_queue(1, 2)
+        await store.append(to(0, "a0", "a1") + to(1, "b0"), wait_durable=True)
+        await store.create_queue(1, 4)
+        await store.append(to(3, "d0") + to(0, "a2"), wait_durable=True)
+        await store.create_queue(1, 3)  # fewer: nothing changes
+        await store.append(to(3, "d1"), wait_durable=True)
+    master.kill()
+    await group.until(lambda r: r.master == slave_id, timeout_s=10)
+    async with connect_remote_store(group.brokers[slave_id].address) as store:
+        with anyio.fail_after(10):
+            while True:
+                try:  # elected, maybe not told yet: its next heartbeat answer tells it
+                    held = {p: (await store.read(1, p, 0)).messages for p in range(4)}
+                    break
+                except NotMaster:
+                    await anyio.sleep(0.05)
+        assert {p: [bytes(m.body) for m in ms] for p, ms in held.items()} == {
+            0: [b"a0", b"a1", b"a2"],
+            1: [b"b0"],
+            2: [],
+            3: [b"d0", b"d1"],
+        }
+        assert await store.queues() == {1: 4}
+        await store.append(to(2, "c0"), wait_durable=True)
+        assert [bytes(m.body) for m in (await store.read(1, 2, 0)).messages] == [b"c0"]
+
+
 async def test_master_with_a_slave_stops_at_once_on_sigterm(group: Group) -> None:
     group.add_controller("c1")
     group.add_broker("a")

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from storage import (
     QUEUE_GROUP,
     LogStore,
-    QueueExists,
     ReadStatus,
     RecordTooLarge,
     StoreConfig,
@@ -143,8 +143,70 @@ def test_deleted_queue_id_never_sees_old_records_again(small_config: StoreConfig
     (small_config.data_dir / "checkpoint.json").unlink()
     store = LogStore.open(small_config)
     assert bodies(store.read(1, 0, 0).messages) == [b"new"]
-    with pytest.raises(QueueExists):
-        store.create_queue(1, 4)
+    store.close()
+
+
+def test_grown_partitions_never_see_records_from_before_they_existed(
+    small_config: StoreConfig,
+) -> None:
+    """A record routed to a partition before create_queue added it is indexed nowhere, and
+    stays so when recovery re-dispatches the log; records after the growth are found."""
+    store = LogStore.open(small_config)
+    store.create_queue(1, 2)
+    store.append([rec(b"early", (1, 0), (1, 3)), rec(b"stray", (1, 2))])
+    store.create_queue(1, 4)
+    store.append([rec(b"late", (1, 2), (1, 3))])
+    held = {0: [b"early"], 1: [], 2: [b"late"], 3: [b"late"]}
+    assert {p: bodies(store.read(1, p, 0).messages) for p in range(4)} == held
+    store.close()
+    for other in (5, 6):  # the second time from a registry the reopened store wrote
+        # Recovery re-dispatches the whole log into the new partitions' emptied indexes.
+        (small_config.data_dir / "checkpoint.json").unlink()
+        for p in (2, 3):
+            for index_file in (small_config.data_dir / "consumequeue" / "1" / str(p)).iterdir():
+                index_file.unlink()
+        store = LogStore.open(small_config)
+        assert store.queues()[1] == 4
+        assert {p: bodies(store.read(1, p, 0).messages) for p in range(4)} == held
+        assert store.recovery is not None and store.recovery.redispatched == 2
+        store.create_queue(other, 1)  # the registry is written again at close
+        store.close()
+
+
+def test_registry_entries_name_when_partitions_were_added_once_grown(
+    small_config: StoreConfig,
+) -> None:
+    store = LogStore.open(small_config)
+    store.create_queue(1, 1)
+    store.create_queue(2, 1)
+    store.append([rec(b"x", (1, 0))])
+    grown_at = store.commit_log.write_offset
+    store.create_queue(2, 3)
+    store.close()
+    queues = json.loads((small_config.data_dir / "queues.json").read_bytes())["queues"]
+    # A queue that never grew is written as before growth existed (older brokers read it).
+    assert set(queues["1"]) == {"queue_id", "partitions", "created_at", "floors", "dropped"}
+    assert queues["2"]["added_at"] == [0, grown_at, grown_at]
+    assert (queues["2"]["floors"], queues["2"]["dropped"]) == ([0, 0, 0], [0, 0, 0])
+
+
+def test_an_append_saves_the_registry_a_checkpoint_has_not_written_yet(
+    small_config: StoreConfig,
+) -> None:
+    """A checkpoint takes the registry on the owner's thread and writes it on its own: an
+    append meanwhile must not count on that write (a crash before it lost the partition)."""
+    store = LogStore.open(small_config)
+    store.create_queue(1, 1)
+    store.append([rec(b"a", (1, 0))])
+    store.create_queue(1, 2)
+    ticket = store.begin_checkpoint()  # its thread has not written the registry yet
+    assert ticket.registry is not None
+    store.append([rec(b"b", (1, 1))])
+    store.flush()
+    store._release()  # a crash: the checkpoint never ran
+    store = LogStore.open(small_config)
+    assert store.queues() == {1: 2}
+    assert bodies(store.read(1, 1, 0).messages) == [b"b"]
     store.close()
 
 

@@ -1,5 +1,5 @@
-"""Model-based test: any sequence of append / read / commit / purge / restart, across segment
-rollovers, reads back exactly what a plain in-memory model predicts."""
+"""Model-based test: any sequence of append / read / commit / purge / growth / restart, across
+segment rollovers, reads back exactly what a plain in-memory model predicts."""
 
 from __future__ import annotations
 
@@ -7,14 +7,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage import QUEUE_GROUP, LogStore, ReadStatus, Record, StoreConfig
+from storage import QUEUE_GROUP, LogStore, ReadStatus, Record, StoreConfig, UnknownQueue
 
-QUEUES = {1: 2, 2: 1, 3: 3}  # queue id -> partitions
-DESTS = [(q, p) for q, n in QUEUES.items() for p in range(n)]
+QUEUES = {1: 2, 2: 1, 3: 3}  # queue id -> partitions at the start
+GROWN = {1: 4, 2: 2, 3: 3}  # queue id -> partitions create_queue may grow it to
+# Partitions not added yet too: a record routed there is stored and indexed nowhere.
+DESTS = [(q, p) for q, n in GROWN.items() for p in range(n)]
 
 message = st.tuples(
     st.binary(max_size=300),
@@ -32,6 +35,7 @@ class StoreModel(RuleBasedStateMachine):
         self.store = LogStore.open(self.config)
         for q, n in QUEUES.items():
             self.store.create_queue(q, n)
+        self.partitions = dict(QUEUES)
         self.messages: dict[tuple[int, int], list[bytes]] = {d: [] for d in DESTS}
         self.floor: dict[tuple[int, int], int] = dict.fromkeys(DESTS, 0)
         self.committed: dict[tuple[int, int], int] = dict.fromkeys(DESTS, 0)
@@ -46,10 +50,18 @@ class StoreModel(RuleBasedStateMachine):
         self.store.append(records)
         for body, dests in batch:
             for d in dests:
-                self.messages[d].append(body)
+                if self.exists(d):
+                    self.messages[d].append(body)
+
+    def exists(self, dest: tuple[int, int]) -> bool:
+        return dest[1] < self.partitions[dest[0]]
 
     @rule(dest=st.sampled_from(DESTS), offset=st.integers(0, 120), count=st.integers(1, 50))
     def read(self, dest: tuple[int, int], offset: int, count: int) -> None:
+        if not self.exists(dest):
+            with pytest.raises(UnknownQueue):
+                self.store.read(*dest, offset, max_count=count)
+            return
         result = self.store.read(*dest, offset, max_count=count)
         low, high = self.floor[dest], len(self.messages[dest])
         assert (result.min_offset, result.max_offset) == (low, high)
@@ -74,6 +86,10 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule(dest=st.sampled_from(DESTS), data=st.data())
     def commit(self, dest: tuple[int, int], data: st.DataObject) -> None:
+        if not self.exists(dest):
+            with pytest.raises(UnknownQueue):
+                self.store.commit_offset(QUEUE_GROUP, *dest, 0)
+            return
         offset = data.draw(st.integers(0, len(self.messages[dest])))
         self.store.commit_offset(QUEUE_GROUP, *dest, offset)
         self.committed[dest] = offset
@@ -81,7 +97,7 @@ class StoreModel(RuleBasedStateMachine):
     @rule(queue=st.sampled_from(sorted(QUEUES)))
     def purge(self, queue: int) -> None:
         expected = 0
-        for p in range(QUEUES[queue]):
+        for p in range(self.partitions[queue]):
             d = (queue, p)
             expected += len(self.messages[d]) - max(self.committed[d], self.floor[d])
             self.floor[d] = len(self.messages[d])
@@ -98,13 +114,22 @@ class StoreModel(RuleBasedStateMachine):
             (self.dir / "checkpoint.json").unlink(missing_ok=True)
         self.store = LogStore.open(self.config)
         # As the gateway does at start: declare every queue metadata knows (idempotent). A
-        # queue created after the last append or checkpoint is only on disk from then on.
-        for q, n in QUEUES.items():
+        # queue created (or grown) after the last append or checkpoint is only on disk from
+        # then on; its partitions added since are still empty then.
+        for q, n in self.partitions.items():
             self.store.create_queue(q, n)
+
+    @rule(queue=st.sampled_from(sorted(GROWN)), data=st.data())
+    def grow(self, queue: int, data: st.DataObject) -> None:
+        partitions = data.draw(st.integers(1, GROWN[queue]))
+        self.store.create_queue(queue, partitions)  # fewer than it has: nothing changes
+        self.partitions[queue] = max(self.partitions[queue], partitions)
+        assert self.store.queues() == self.partitions
 
     @invariant()
     def ready_counts_match(self) -> None:
-        for q, n in QUEUES.items():
+        assert self.store.queues() == self.partitions
+        for q, n in self.partitions.items():
             expected = sum(
                 len(self.messages[(q, p)]) - max(self.committed[(q, p)], self.floor[(q, p)])
                 for p in range(n)

@@ -25,7 +25,6 @@ from storage import (
     DiskFull,
     FlushPolicy,
     LogStore,
-    QueueExists,
     ReadStatus,
     Record,
     RecordTooLarge,
@@ -305,12 +304,15 @@ async def test_queue_lifecycle_and_typed_errors(kind: str, config: StoreConfig) 
         assert await store.queues() == {}
         await store.create_queue(7, 3)
         await store.create_queue(7, 3)  # idempotent
+        await store.create_queue(7, 2)  # fewer: left as it is
         await store.create_queue(8, 1)
         assert await store.queues() == {7: 3, 8: 1}
-        with pytest.raises(QueueExists, match="queue 7 has 3 partitions"):
-            await store.create_queue(7, 2)
-        with pytest.raises(ValueError, match="partitions"):
-            await store.create_queue(9, 0)
+        for bad in (0, 65536):
+            with pytest.raises(ValueError, match="partitions"):
+                await store.create_queue(9, bad)
+            with pytest.raises(ValueError, match="partitions"):
+                await store.create_queue(7, bad)  # an existing queue: still checked
+        assert await store.queues() == {7: 3, 8: 1}
         await store.delete_queue(7)
         assert await store.queues() == {8: 1}
         with pytest.raises(UnknownQueue) as gone:
@@ -332,6 +334,65 @@ async def test_queue_lifecycle_and_typed_errors(kind: str, config: StoreConfig) 
         result = await store.append([rec(b"late", (7, 0), (8, 0))])
         assert result.queue_starts == ({(8, 0): 0} if commitlog_offsets(kind) else None)
         assert bodies((await store.read(8, 0, 0)).messages) == [b"late"]
+
+
+async def test_create_queue_grows_a_queue(kind: str, config: StoreConfig) -> None:
+    """create_queue with more partitions adds empty ones after the existing ones (keyed-order
+    queues rescale so); never fewer. The partitions and their messages survive a clean
+    restart, and a crash after a later growth."""
+
+    async def check(store: StorePort, partitions: int, held: dict[int, list[bytes]]) -> None:
+        assert await store.queues() == {1: partitions, 2: 1}
+        stats = await store.queue_stats(1)
+        assert [(s.partition, s.min_offset, s.max_offset) for s in stats.partitions] == [
+            (p, 0, len(held.get(p, []))) for p in range(partitions)
+        ]
+        for p in range(partitions):
+            assert bodies((await store.read(1, p, 0)).messages) == held.get(p, [])
+        with pytest.raises(UnknownQueue):
+            await store.read(1, partitions, 0)
+
+    async with open_store(kind, config) as store:
+        await store.create_queue(1, 2)
+        await store.create_queue(2, 1)
+        await fill(store, 1, 3, partition=0)
+        await fill(store, 1, 2, partition=1)
+        await store.commit_offset(QUEUE_GROUP, 1, 0, 2)
+        await store.create_queue(1, 4)
+        for p in (2, 3):
+            empty = await store.read(1, p, 0)
+            assert (empty.status, empty.messages) == (ReadStatus.NO_NEW_MESSAGE, [])
+            assert (empty.next_offset, empty.min_offset, empty.max_offset) == (0, 0, 0)
+            assert await store.committed_offset(QUEUE_GROUP, 1, p) == 0
+        result = await store.append([rec(b"new", (1, 3)), rec(b"both", (1, 3), (1, 0))])
+        if commitlog_offsets(kind):
+            assert result.queue_starts == {(1, 3): 0, (1, 0): 3}
+        await store.create_queue(1, 3)  # fewer: nothing removed
+        await store.create_queue(1, 4)  # as many: nothing changes
+        held = {0: [b"m0", b"m1", b"m2", b"both"], 1: [b"m0", b"m1"], 3: [b"new", b"both"]}
+        await check(store, 4, held)
+        await store.commit_offset(QUEUE_GROUP, 1, 3, 1)
+        assert await store.committed_offset(QUEUE_GROUP, 1, 3) == 1
+        stats = await store.queue_stats(1)
+        assert [s.committed for s in stats.partitions] == [2, 0, 0, 1]
+        assert stats.ready == 2 + 2 + 0 + 1
+    async with open_store(kind, config) as store:
+        await check(store, 4, held)
+        assert [s.committed for s in (await store.queue_stats(1)).partitions] == [2, 0, 0, 1]
+        assert await store.unclean_marks(1) == {}
+    # A crash (no close) after growing once more and appending to the new partitions.
+    for member in member_configs(kind, config):
+        crashed = LogStore.open(member)
+        crashed.create_queue(1, 6)
+        crashed.append([rec(b"five", (1, 5)), rec(b"two", (1, 2))])
+        crashed.flush()
+        crashed._release()
+    held |= {2: [b"two"], 5: [b"five"]}
+    async with open_store(kind, config) as store:
+        await check(store, 6, held)
+        assert await store.unclean_marks(1) == {0: 4, 1: 2, 2: 1, 3: 2, 4: 0, 5: 1}
+        await store.create_queue(1, 5)
+        await check(store, 6, held)
 
 
 async def test_offsets_stats_and_purge(kind: str, config: StoreConfig) -> None:
