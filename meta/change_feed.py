@@ -11,8 +11,8 @@ position and the reload are delivered again: applying a change must be idempoten
 Documents use the stores' JSON shape (meta.serialization); ``Change.entity()`` decodes one.
 Deletions with cascades become one change per removed thing: bindings first, then queues,
 then exchanges. A new vhost is ``vhost.added`` followed by its predeclared exchanges. A
-queue's gray release end (GrayEnd) goes with the queue, or its vhost, without a change of its
-own: ``queue.deleted`` and ``vhost.deleted`` say it.
+queue's gray release end (GrayEnd) and its versioned route (QueueRoute) go with the queue, or
+its vhost, without a change of their own: ``queue.deleted`` and ``vhost.deleted`` say it.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from meta.models import (
     VHost,
     VHostLimits,
 )
+from meta.queue_route import QueueRoute
 from meta.serialization import dump, load
 
 ChangeKind = Literal[
@@ -67,6 +68,7 @@ ChangeKind = Literal[
     "gray_rule.deleted",
     "gray_end.set",  # a queue's gray release ended (mqgw ctl gray end)
     "gray_end.deleted",  # resumed; a queue's deletion (or its vhost's) drops it silently
+    "route.set",  # a keyed-order queue's route, new version or partition state (compare-and-set)
     "placement.set",  # cluster only: document {"partitions": [group, ...]}
 ]
 CHANGE_KINDS: frozenset[str] = frozenset(get_args(ChangeKind))
@@ -82,6 +84,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "vhost_limits": VHostLimits,
     "gray_rule": GrayRule,
     "gray_end": GrayEnd,
+    "route": QueueRoute,
 }
 DEFAULT_LOCAL_FEED_LENGTH = 10_000  # an embedded node rarely follows; keep memory small
 
@@ -141,7 +144,7 @@ def _address(model: BaseModel) -> tuple[str, str]:
         return "", model.name
     if isinstance(model, Permission):
         return model.vhost, model.user
-    if isinstance(model, GrayEnd):
+    if isinstance(model, GrayEnd | QueueRoute):
         return model.vhost, model.queue
     if isinstance(model, ExchangeDef | QueueDef | Policy | ConsumptionControl):
         return model.vhost, model.name

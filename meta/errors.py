@@ -13,6 +13,7 @@ REPLY_NAMES = {
     404: "NOT_FOUND",
     405: "RESOURCE_LOCKED",
     406: "PRECONDITION_FAILED",
+    409: "CONFLICT",  # not AMQP: RouteConflict is the admin API's (HTTP 409), no channel's
     503: "COMMAND_INVALID",
     530: "NOT_ALLOWED",
     541: "INTERNAL_ERROR",
@@ -54,6 +55,13 @@ class PreconditionFailed(MetaError):
     reply_code = 406
 
 
+class RouteConflict(MetaError):
+    """A route's compare-and-set lost: another writer changed the route since the caller
+    read it (meta/queue_route.py); read it again and redo the change."""
+
+    reply_code = 409
+
+
 class CommandInvalid(MetaError):
     """Connection-level (503); e.g. an unknown exchange type."""
 
@@ -77,6 +85,14 @@ def exchange_not_found(vhost: str, name: str) -> NotFound:
 
 def queue_not_found(vhost: str, name: str) -> NotFound:
     return NotFound(f"no {resource_name('queue', name, vhost)}")
+
+
+def route_conflict(vhost: str, queue: str, version: int | None) -> RouteConflict:
+    """``version``: the route's version stored now (None: there is none)."""
+    now = "none" if version is None else f"version {version}"
+    return RouteConflict(
+        f"route of {resource_name('queue', queue, vhost)} changed meanwhile (now {now})"
+    )
 
 
 def vhost_not_found(vhost: str) -> NotAllowed:

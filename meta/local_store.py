@@ -41,6 +41,7 @@ from meta.change_feed import (
     vhost_deleted_changes,
 )
 from meta.errors import queue_not_found, vhost_not_found
+from meta.local_routes import LocalRoutes
 from meta.metadata_file import MetadataFile
 from meta.models import (
     BUILTIN_EXCHANGE_TYPES,
@@ -60,6 +61,7 @@ from meta.models import (
     VHostLimits,
 )
 from meta.password import hash_password
+from meta.queue_route import QueueRoute
 from meta.serialization import dump as _dump
 from meta.serialization import load as _load
 from meta.state import MetadataState
@@ -101,6 +103,7 @@ class LocalMetadataStore(LocalConnections):
         self._state = MetadataState(
             self._allocate_queue_id, exchange_types, max_topic_hash_wildcards
         )
+        self._routes = LocalRoutes(self._state)  # keyed-order queues' versioned routes
         self._version = 0
         self._persisted_version = 0
         self._persisted_queue_id_floor = 1
@@ -162,6 +165,7 @@ class LocalMetadataStore(LocalConnections):
             "vhost_limits": [_dump(v) for v in self._vhost_limits.values()],
             "gray_rules": [_dump(r) for r in self._gray_rules.values()],
             "gray_ends": [_dump(e) for e in self._gray_ends.values()],
+            "routes": self._routes.dump(),
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
@@ -205,6 +209,7 @@ class LocalMetadataStore(LocalConnections):
             state = self._state.vhosts.get(end.vhost)
             if state is not None and end.queue in state.queues:  # not a transient one, gone
                 self._gray_ends[(end.vhost, end.queue)] = end
+        self._routes.load(document.get("routes", []))  # absent from files before routes
 
     async def _commit(self) -> None:
         """Persist everything up to now; returns once it is durable on disk (on a full disk:
@@ -256,7 +261,7 @@ class LocalMetadataStore(LocalConnections):
     async def delete_vhost(self, name: str) -> Deletions:
         state = self._state.vhosts.get(name)
         deletions = self._state.delete_vhost(name)
-        self._drop_gray_ends(deletions.queues)
+        self._drop_with_queues(deletions.queues)
         dropped: list[Permission | Policy | ConsumptionControl | VHostLimits] = []
         for key in [k for k in self._permissions if k[1] == name]:
             dropped.append(self._permissions.pop(key))
@@ -398,10 +403,22 @@ class LocalMetadataStore(LocalConnections):
     async def list_gray_ends(self) -> list[GrayEnd]:
         return [self._gray_ends[key] for key in sorted(self._gray_ends)]
 
-    def _drop_gray_ends(self, queues: Iterable[QueueDef]) -> None:
-        """Deleted queues lose their gray end (no change of its own: queue.deleted says it)."""
+    def _drop_with_queues(self, queues: Iterable[QueueDef]) -> None:
+        """Deleted queues lose their gray end and route (no change of their own:
+        queue.deleted says it)."""
         for q in queues:
             self._gray_ends.pop((q.vhost, q.name), None)
+            self._routes.drop(q)
+
+    # --- versioned routes of keyed-order queues (meta/local_routes.py) ---
+
+    async def get_route(self, vhost: str, queue: str) -> QueueRoute | None:
+        return self._routes.get(vhost, queue)
+
+    async def set_route(self, route: QueueRoute, expected: QueueRoute | None) -> None:
+        self._routes.compare_and_set(route, expected)
+        self._feed.publish([change("route.set", route)])
+        await self._commit()
 
     # --- consumption controls ---
 
@@ -442,8 +459,8 @@ class LocalMetadataStore(LocalConnections):
 
     async def _removed(self, deletions: Deletions) -> Deletions:
         """Publish what a removal took away (cascades included) and persist it if durable.
-        (A transient queue's gray end may stay in the file: loading skips it.)"""
-        self._drop_gray_ends(deletions.queues)
+        (A transient queue's gray end or route may stay in the file: loading skips it.)"""
+        self._drop_with_queues(deletions.queues)
         self._feed.publish(deletion_changes(deletions))
         await self._commit_if(deletions.touches_durable)
         return deletions

@@ -15,6 +15,7 @@ from meta.checks import queue_type_of
 from meta.errors import PreconditionFailed, resource_name
 from meta.models import QueueDef
 from meta.partitions import GRAY_PARTITIONS_ARG, MAX_PARTITIONS, PARTITIONS_ARG, gray_refusal
+from meta.queue_route import LOGICAL_ARG, MAX_LOGICAL, ORDERING_ARG, ORDERING_HEADER_ARG
 
 MAX_EXPIRY_TIMER = 4294967295  # RabbitMQ's ?MAX_EXPIRY_TIMER (ms)
 MAX_SUPPORTED_PRIORITY = 255  # RabbitMQ's ?MAX_SUPPORTED_PRIORITY
@@ -151,6 +152,33 @@ def _gray_partitions(amqp_type: str, value: Any, queue: QueueDef) -> None:
         )
 
 
+def _ordering(amqp_type: str, value: Any, queue: QueueDef) -> None:
+    """x-mqgw-ordering (meta/queue_route.py): "key" on a classic FIFO queue."""
+    if amqp_type not in ("longstr", "shortstr") or value != "key":
+        raise _Invalid('{unknown_ordering,expected "key"}')
+    refusal = gray_refusal(queue)
+    if refusal is not None:
+        raise _Invalid(f"keyed order needs a classic FIFO queue, not one with {refusal}")
+    gray = queue.arguments.get(GRAY_PARTITIONS_ARG)
+    if gray:
+        raise _Invalid(f"keyed order and {GRAY_PARTITIONS_ARG} do not go together")
+
+
+def _logical_partitions(amqp_type: str, value: Any, queue: QueueDef) -> None:
+    """x-mqgw-logical-partitions: 1 to 65536, at least the queue's partitions."""
+    _positive(amqp_type, value, queue)
+    number = int(value)
+    if number > MAX_LOGICAL:
+        raise _Invalid(f"{{value_too_large,{number},{MAX_LOGICAL}}}")
+    if number < queue.partitions:
+        raise _Invalid(f"{number} logical partitions cannot cover {queue.partitions} partitions")
+
+
+def _header_name(amqp_type: str, value: Any, _q: QueueDef) -> None:
+    if amqp_type not in ("longstr", "shortstr") or not value:
+        raise _Invalid("{expected_header_name}")
+
+
 def _bool(amqp_type: str, _value: Any, _q: QueueDef) -> None:
     """rabbit_amqqueue:check_bool_arg/2."""
     if amqp_type != "bool":
@@ -215,6 +243,9 @@ _CHECKS: tuple[tuple[str, Callable[[str, Any, QueueDef], None]], ...] = (
     ("x-disk-overflow", _one_of(DISK_OVERFLOW_VALUES, "invalid_disk_overflow")),
     (PARTITIONS_ARG, _partitions),
     (GRAY_PARTITIONS_ARG, _gray_partitions),
+    (ORDERING_ARG, _ordering),
+    (LOGICAL_ARG, _logical_partitions),
+    (ORDERING_HEADER_ARG, _header_name),
 )
 
 

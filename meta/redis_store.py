@@ -36,12 +36,18 @@ from meta.redis_feed import current_position, follow_changes
 from meta.redis_gray import GrayRulesMixin
 from meta.redis_limits import VHostLimitsMixin
 from meta.redis_records import RecordsMixin
+from meta.redis_routes import QueueRoutesMixin
 from meta.redis_topology import TopologyView
 from meta.serialization import dumps, loads, parse_key
 
 
 class RedisMetadataStore(
-    GrayRulesMixin, VHostLimitsMixin, RecordsMixin, RedisClusterRegistry, RedisStoreBase
+    QueueRoutesMixin,
+    GrayRulesMixin,
+    VHostLimitsMixin,
+    RecordsMixin,
+    RedisClusterRegistry,
+    RedisStoreBase,
 ):
     """A MetadataStore and ClusterRegistry on Redis. Construct once per process."""
 

@@ -31,6 +31,7 @@ from meta.models import (
     VHost,
     VHostLimits,
 )
+from meta.queue_route import QueueRoute
 
 
 class MetadataStore(Protocol):
@@ -100,6 +101,18 @@ class MetadataStore(Protocol):
     async def get_gray_end(self, vhost: str, queue: str) -> GrayEnd | None: ...
     async def list_gray_ends(self) -> list[GrayEnd]:
         """Sorted by (vhost, queue)."""
+
+    # --- versioned routes of keyed-order queues (meta/queue_route.py) ---
+    async def get_route(self, vhost: str, queue: str) -> QueueRoute | None:
+        """The route of the queue now named ``queue`` in ``vhost``; None if it has none (a
+        route set for an earlier queue of that name is none)."""
+
+    async def set_route(self, route: QueueRoute, expected: QueueRoute | None) -> None:
+        """Compare-and-set: store ``route`` if the route stored now for (``route.vhost``,
+        ``route.queue``) equals ``expected`` (None: there is none), else RouteConflict (409).
+        NotFound if there is no such queue or its id is not ``route.queue_id``. Publishes
+        ``route.set``. The route belongs to that queue: deleting the queue, or its vhost,
+        drops it, and a queue declared again under the name has none."""
 
     # --- users and permissions ---
     async def list_users(self) -> list[User]: ...
