@@ -30,6 +30,7 @@ from gateway.admin import (
     offsets_api,
     overview_api,
     queues_api,
+    rescale_api,
     topology_api,
     vhost_limits_api,
 )
@@ -129,6 +130,7 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(offsets_api.routes(node))  # POST /api/queues/{vhost}/{name}/reset
     app.include_router(vhost_limits_api.routes(node))  # /api/vhost-limits
     app.include_router(gray_api.routes(node))  # /api/gray/rules
+    app.include_router(rescale_api.routes(node))  # /api/queues/{vhost}/{name}/rescale, route
     app.include_router(dashboard.routes())  # `/` and /dashboard/*: the web page (no data)
     # Cluster: what the other gateways' views show of this one (gateway/cluster/views.py).
     cluster_views.attach(node, lambda: view_snapshot(node))

@@ -18,12 +18,14 @@ from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.gray_lanes import GrayLanesRuntime
+from gateway.queues.ordered import OrderedRuntime
 from gateway.queues.priority import PriorityQueueRuntime
 from gateway.queues.priority_index import max_priority_of
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.single_active import SINGLE_ACTIVE_ARG, SingleActiveChoice
 from meta.checks import DEFAULT_QUEUE_TYPE, queue_type_of
 from meta.models import QueueDef
+from meta.queue_route import QueueRoute
 from storage import StorePort
 
 
@@ -61,7 +63,11 @@ def new_queue_runtime(
     outbox: Callable[[DeadLetter], None] | None = None,
     wake: Callable[[QueueRuntime], None] | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    route: QueueRoute | None = None,
 ) -> QueueRuntime:
-    runtime = runtime_class(definition)
+    """``route``: a keyed-order queue's (gateway/queues/ordered.py), which it runs on."""
     choice = consumer_choice(definition)
+    if route is not None:
+        return OrderedRuntime(definition, store, behaviour, outbox, wake, choice, clock, route)
+    runtime = runtime_class(definition)
     return runtime(definition, store, behaviour, outbox, wake, choice, clock)

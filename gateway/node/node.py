@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from itertools import count
 from typing import TYPE_CHECKING, cast
 
@@ -27,6 +27,7 @@ from gateway.node.users import Users
 from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
 from gateway.queues import delivery_marks
+from gateway.queues.ordered import OrderedRuntime
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.resources import memory
@@ -37,6 +38,7 @@ from gateway.sessions.channel_state import ChannelState, Consumer
 from gateway.sessions.publishing import deliver_reply, return_reply
 from gateway.sessions.session import Session
 from gateway.vhost import VirtualHost
+from gateway.vhost.rescale import RouteKeeper
 from meta.change_feed import Change
 from meta.errors import MetadataUnavailable
 from meta.models import Deletions, Policy, User, VHost, VHostLimits
@@ -114,6 +116,13 @@ class Node:
         # Gray release rules (gateway/features/gray.py), kept by the change feed.
         self.gray = GrayRegistry()
         self.gray.on_end = self._gray_end
+        # Keyed-order queues' route changes in progress (gateway/vhost/rescale.py).
+        self.routes = RouteKeeper(self._keyed_queues)
+
+    def _keyed_queues(self) -> Iterator[tuple[VirtualHost, OrderedRuntime]]:
+        for host in list(self.vhosts.values()):
+            for queue in list(host.keyed.values()):
+                yield host, queue
 
     def _gray_end(self, vhost: str, queue: str, ended: bool) -> None:
         host = self.vhosts.get(vhost)

@@ -31,7 +31,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -85,6 +85,8 @@ class PumpResult(Enum):
 
 
 class QueueRuntime:
+    keyed = False  # partitions by message key (gateway/queues/ordered.py), not by channel
+
     def __init__(
         self,
         definition: QueueDef,
@@ -253,6 +255,10 @@ class QueueRuntime:
         if self.gray_parts:
             return random.choice(self.gray_parts if gray else self.normal_parts)
         return random.randrange(self.partitions)
+
+    def key_partition(self, routing_key: str, headers: Mapping[str, Any] | None) -> int:
+        """A keyed-order queue's partition for a message (gateway/queues/ordered.py)."""
+        raise NotImplementedError("only a keyed-order queue partitions by key")
 
     def consumers_changed(self) -> None:
         """A consumer's gray state changed (gateway/queues/gray_lanes.py sorts them again)."""

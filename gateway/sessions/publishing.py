@@ -186,10 +186,10 @@ def _record(
             break
     if len(queues) == 1:
         queue = queues[0]
-        partition = 0 if queue.partitions == 1 else _partition(channel, queue, headers)
+        partition = 0 if queue.partitions == 1 else _partition(channel, queue, headers, publish)
         destinations: tuple[tuple[int, int], ...] = ((queue.queue_id, partition),)
     else:
-        destinations = tuple((q.queue_id, _partition(channel, q, headers)) for q in queues)
+        destinations = tuple((q.queue_id, _partition(channel, q, headers, publish)) for q in queues)
     if not channel.tx_mode:  # tx publishes count once tx.commit has stored them
         for queue in queues:
             queue.count_in(size, record_flags)
@@ -322,13 +322,18 @@ def return_reply(
 
 
 def _partition(
-    channel: ChannelState, queue: QueueRuntime, headers: Mapping[str, Any] | None
+    channel: ChannelState,
+    queue: QueueRuntime,
+    headers: Mapping[str, Any] | None,
+    publish: Publish,
 ) -> int:
     """Sticky per channel: keeps RabbitMQ's per-channel FIFO into a partitioned queue (into
     each lane of a queue with gray partitions: gray publishers and marked messages go to
-    the gray ones, the rest to the others)."""
+    the gray ones, the rest to the others). A keyed-order queue: the key's partition."""
     if queue.partitions == 1:
         return 0
+    if queue.keyed:
+        return queue.key_partition(publish.routing_key, headers)
     if queue.gray_parts:
         session = channel.session
         gray = session.gray_publish or marked_gray(headers, session.node.settings.gray_header)

@@ -363,6 +363,7 @@ class Session:
         confirm_records: list[int] = []  # per confirm, its record's index (-1: none)
         woken: set[QueueRuntime] = set()
         now_ms = time.time_ns() // 1_000_000
+        route_epoch = self.vhost.route_epoch
         for publish in batch:
             channel = self.channels.get(publish.channel)
             if channel is None or channel.closing:
@@ -401,6 +402,7 @@ class Session:
             result = None
             try:
                 started = time.perf_counter()
+                records = self.vhost.for_append(records, route_epoch)
                 result = await self.node.store.append(records, wait_durable=False)
                 counts.append_latency.observe(time.perf_counter() - started)
                 counts.appended_records += len(records)

@@ -18,10 +18,11 @@ from gateway.amqp.errors import AMQPError, NotFound, error_for_code
 from gateway.features.queue_kinds import new_queue_runtime
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
 from gateway.queues.dead_letter import DeadLetter
+from gateway.queues.ordered import OrderedRuntime
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router
-from gateway.vhost import dead_letter_outbox
+from gateway.vhost import dead_letter_outbox, keyed_routes
 from meta.errors import MetaError
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
 from meta.partitions import check_policy, initial_partitions, policy_in_force
@@ -91,6 +92,11 @@ class VirtualHost:
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
         self.firehose: Firehose | None = None  # tracing on (gateway/sessions/taps.py switches it)
         self.placement: QueuePlacement | None = None  # several broker groups (cluster_link)
+        # Keyed-order queues (gateway/queues/ordered.py) by id, and a count of their route
+        # changes here: a publish batch routed before a change is routed again before its
+        # append (``reroute``), so nothing lands in a partition after its command record.
+        self.keyed: dict[int, OrderedRuntime] = {}
+        self.route_epoch = 0
 
     async def load(self) -> None:
         """Build the router and runtimes from metadata (after a restart: durable things)."""
@@ -102,15 +108,18 @@ class VirtualHost:
             self.name, exchanges, [q.name for q in queues], bindings
         )
         for definition in queues:
-            await self._attach_queue(definition, broker_may_be_down=True)
+            await self._attach_queue(definition, broker_may_be_down=True, loading=True)
 
     async def _attach_queue(
-        self, definition: QueueDef, broker_may_be_down: bool = False
+        self, definition: QueueDef, broker_may_be_down: bool = False, loading: bool = False
     ) -> QueueRuntime:
         """The queue's runtime, started from the store. ``broker_may_be_down``: a queue that
         exists already (a restart, another gateway's declaration) whose broker group is down
         is attached all the same, waiting (``start_waiting``): the gateway serves the other
-        groups' queues meanwhile, and publishes to this one are nacked."""
+        groups' queues meanwhile, and publishes to this one are nacked. ``loading``: known
+        before (a restart): a policy's ``ordering`` does not make it keyed now."""
+        route = await keyed_routes.route_of(self, definition, self.policy_for(definition.name),
+                                            loading)  # fmt: skip
         runtime = new_queue_runtime(
             definition,
             self.store,
@@ -118,6 +127,7 @@ class VirtualHost:
             self._dead_letter,
             self.scheduler.wake,
             self.scheduler.clock,
+            route,
         )
         try:
             await self._start(runtime)
@@ -129,6 +139,8 @@ class VirtualHost:
             self.waiting.add(runtime)
         self.queues[definition.name] = runtime
         self.queues_by_id[definition.queue_id] = runtime
+        if isinstance(runtime, OrderedRuntime):
+            self.keyed[definition.queue_id] = runtime
         self.on_queue_attached(runtime)  # consumption controls in force for it
         self.scheduler.wake(runtime)  # TTL and x-expires start counting now
         return runtime
@@ -137,7 +149,10 @@ class VirtualHost:
         definition = runtime.definition
         if self.placement is not None:  # on its broker groups, chosen once for the cluster
             await self.placement.place(definition)
-        await self.store.create_queue(definition.queue_id, definition.partitions)
+        # A keyed-order queue may have gained partitions since it was declared (its route's).
+        await self.store.create_queue(definition.queue_id, runtime.partitions)
+        if isinstance(runtime, OrderedRuntime):
+            await keyed_routes.finish_closing(self, runtime)
         await runtime.start()
 
     async def start_waiting(self) -> None:
@@ -312,6 +327,8 @@ class VirtualHost:
         """Append messages routed earlier (tx commit, dead letters, timers); count them in."""
         if not records:
             return
+        if self.keyed:  # routed maybe long before (tx.commit): the newest route
+            records = self.reroute(records)
         result = await self.store.append(records, wait_durable=wait_durable)
         woken: set[QueueRuntime] = set()
         for record in records:
@@ -321,6 +338,16 @@ class VirtualHost:
                     queue.count_in(len(record.body), record.flags)
                     woken.add(queue)
         await self.stored(woken, records, result)
+
+    def reroute(self, records: list[Record]) -> list[Record]:
+        """``records`` with their keyed-order queues' partitions from the newest route."""
+        return keyed_routes.reroute(self.keyed, records)
+
+    def for_append(self, records: list[Record], routed_in: int) -> list[Record]:
+        """A batch routed when ``route_epoch`` was ``routed_in``, as it must be appended now:
+        routed again if a keyed-order queue's route changed since (nothing may land in a
+        partition after its command record). Called with no yield before the append."""
+        return records if self.route_epoch == routed_in else self.reroute(records)
 
     def _dead_letter(self, letter: DeadLetter) -> None:
         self.dead_letters.append(letter)
@@ -377,6 +404,7 @@ class VirtualHost:
                 continue
             del self.queues[definition.name]
             self.queues_by_id.pop(runtime.queue_id, None)
+            self.keyed.pop(runtime.queue_id, None)
             runtime.deleted = True
             self.on_queue_deleted(runtime)
             if delete_data:

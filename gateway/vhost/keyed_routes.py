@@ -1,0 +1,157 @@
+"""The vhost's side of keyed-order queues (docs/ordering.md): which queues run on a route,
+the command record that closes a partition, and routing a batch again after a change.
+
+A queue is keyed when declared with ``x-mqgw-ordering: key``, or when the policy in force at
+its creation says ``ordering: key``; its route (meta/queue_route.py) is written to the
+metadata store then, and from there on the route is what makes it keyed (a later policy
+change does not turn a queue into another kind).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway.amqp.events import decode_properties
+from meta.errors import RouteConflict
+from meta.models import Policy, QueueDef
+from meta.queue_route import (
+    COMMAND_EXCHANGE,
+    DEFAULT_LOGICAL,
+    LOGICAL_ARG,
+    ORDERING_ARG,
+    ORDERING_HEADER_ARG,
+    ORDERING_KEY,
+    QueueRoute,
+    closed,
+    initial_route,
+)
+from storage import Record
+from storage.record import PERSISTENT
+
+if TYPE_CHECKING:
+    from gateway.queues.ordered import OrderedRuntime
+    from gateway.vhost.host import VirtualHost
+
+EMPTY_PROPERTIES = b"\x00\x00"  # no property present
+
+
+def iso_now(wall_ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall_ms / 1000)) + (
+        f".{wall_ms % 1000:03d}Z"
+    )
+
+
+def wants_order(definition: QueueDef, policy: Policy | None, creating: bool) -> bool:
+    if definition.arguments.get(ORDERING_ARG) == "key":
+        return True
+    return creating and policy is not None and policy.definition.get(ORDERING_KEY) == "key"
+
+
+async def route_of(
+    host: VirtualHost, definition: QueueDef, policy: Policy | None, loading: bool
+) -> QueueRoute | None:
+    """The queue's route if it is keyed (written now if it is new), else None."""
+    stored = await host.meta.get_route(host.name, definition.name)
+    if stored is not None and stored.queue_id == definition.queue_id:
+        return stored
+    if not wants_order(definition, policy, creating=not loading):
+        return None
+    arguments = definition.arguments
+    logical = arguments.get(LOGICAL_ARG, DEFAULT_LOGICAL)
+    header = arguments.get(ORDERING_HEADER_ARG)
+    route = initial_route(
+        host.name, definition.name, definition.queue_id, definition.partitions,
+        logical=max(int(logical), definition.partitions),
+        header=None if header is None else str(header),
+        at=iso_now(host.scheduler.clock.wall_ms()),
+    )  # fmt: skip
+    try:
+        await host.meta.set_route(route, None)
+    except RouteConflict:  # another gateway wrote it first: the same route, or a newer one
+        stored = await host.meta.get_route(host.name, definition.name)
+        if stored is not None:
+            return stored
+    return route
+
+
+def command_record(queue_id: int, partition: int, version: int, wall_ms: int) -> Record:
+    """What closes ``partition``: never delivered (its exchange no AMQP name can have)."""
+    body = json.dumps({"closed_in": version, "partition": partition}).encode()
+    return Record(COMMAND_EXCHANGE.encode(), b"", EMPTY_PROPERTIES, body,
+                  ((queue_id, partition),), wall_ms, PERSISTENT)  # fmt: skip
+
+
+async def append_commands(
+    host: VirtualHost, queue: OrderedRuntime, partitions: list[int]
+) -> dict[int, int]:
+    """Append the command records closing ``partitions`` (one batch); each one's offset in
+    its partition."""
+    wall_ms = host.scheduler.clock.wall_ms()
+    route = queue.route
+    records = [command_record(queue.queue_id, p, route.partitions[p].closed_in or 0, wall_ms)
+               for p in partitions]  # fmt: skip
+    result = await host.store.append(records, wait_durable=True)
+    starts = result.queue_starts or {}
+    offsets: dict[int, int] = {}
+    for p in partitions:
+        offset = starts.get((queue.queue_id, p))
+        if offset is None:  # a store that did not say (a batch split over broker groups)
+            stats = await host.store.queue_stats(queue.queue_id)
+            offset = stats.partitions[p].max_offset - 1
+        offsets[p] = offset
+    return offsets
+
+
+async def close(
+    host: VirtualHost, queue: OrderedRuntime, route: QueueRoute, partitions: list[int]
+) -> QueueRoute:
+    """Publishers on ``route`` and the command records of ``partitions`` appended, with no
+    yield between (a batch routed before is routed again before its append: the vhost's
+    ``route_epoch``); then their offsets written into the route: they drain from now on."""
+    queue.set_route(route)
+    host.route_epoch += 1
+    offsets = await append_commands(host, queue, partitions)
+    updated = route
+    for partition, offset in offsets.items():
+        updated = closed(updated, partition, offset)
+    await host.meta.set_route(updated, route)
+    queue.set_route(updated)
+    for partition in offsets:
+        queue.command_appended(partition)
+    return updated
+
+
+async def finish_closing(host: VirtualHost, queue: OrderedRuntime) -> None:
+    """At attach: a change that wrote its version but not its command records (the gateway
+    stopped in between) completes now. Nothing reached those partitions since: publishers
+    used the new version from the moment it was written. A command record appended before
+    the stop and not recorded in the route stays in the log, inert (readers skip them all)."""
+    closing = [p.partition for p in queue.route.partitions if p.state == "closing"]
+    if closing:
+        await close(host, queue, queue.route, closing)
+
+
+def reroute(keyed: Mapping[int, OrderedRuntime], records: Sequence[Record]) -> list[Record]:
+    """``records`` with each keyed-order queue's partition from its newest route."""
+    out: list[Record] = []
+    for record in records:
+        if not any(queue_id in keyed for queue_id, _ in record.destinations):
+            out.append(record)
+            continue
+        headers: Mapping[str, Any] | None = None
+        destinations = []
+        for queue_id, routed in record.destinations:
+            queue = keyed.get(queue_id)
+            if queue is None:
+                destinations.append((queue_id, routed))
+                continue
+            if headers is None and queue.header is not None:
+                headers = decode_properties(bytes(record.properties)).headers or {}
+            destinations.append(
+                (queue_id, queue.key_partition(record.routing_key.decode(), headers))
+            )
+        out.append(record._replace(destinations=tuple(destinations)))
+    return out

@@ -1,0 +1,173 @@
+"""Rescaling a keyed-order queue: split, merge, move, or a number of partitions reached step
+by step (docs/ordering.md; the route's rules are meta/queue_route.py's).
+
+One step:
+1. version v+1 is planned (refused with the reason when QMQ's constraints say no), the store
+   queue gains the new partitions, and v+1 is written with a compare-and-set on v;
+2. publishers use v+1 at once, and the command record is appended to each closed partition
+   with no yield in between: every message routed by v reached its partition before the
+   record (a batch routed before and appended after is routed again: ``VirtualHost.reroute``);
+3. the record's offset is written into the route (the partition drains now);
+4. ``RouteKeeper`` removes a draining partition once the store's committed offset reached its
+   record, which opens the gate of the partitions that replaced it.
+
+A stop between 1 and 3 is completed at the next start (keyed_routes.finish_closing).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import anyio
+
+from gateway.queues.ordered import OrderedRuntime
+from gateway.vhost import keyed_routes
+from gateway.vhost.host import VirtualHost
+from meta.errors import MetaError
+from meta.queue_route import (
+    QueueRoute,
+    RouteRefused,
+    merge,
+    move,
+    next_step,
+    removed,
+    split,
+)
+from storage import QUEUE_GROUP, StoreError
+
+log = logging.getLogger("mqgw.rescale")
+KEEP_EVERY_S = 0.05  # how often a change in progress is looked at
+
+
+@dataclass(frozen=True)
+class Step:
+    """``split`` (partition, at), ``merge`` (partition, other) or ``move`` (partition, group)."""
+
+    kind: str
+    partition: int
+    other: int | None = None
+    at: int | None = None
+    group: str = ""
+
+
+def plan(route: QueueRoute, step: Step, when: str) -> QueueRoute:
+    if step.kind == "split":
+        return split(route, step.partition, step.at, when)
+    if step.kind == "merge":
+        if step.other is None:
+            raise RouteRefused("merge needs two partitions")
+        return merge(route, step.partition, step.other, when)
+    if step.kind == "move":
+        return move(route, step.partition, step.group, when)
+    raise RouteRefused(f"unknown change {step.kind!r}")
+
+
+async def apply_step(host: VirtualHost, queue: OrderedRuntime, step: Step) -> QueueRoute:
+    """Steps 1-3 above; the new route, its closed partitions draining."""
+    route = queue.route
+    wall_ms = host.scheduler.clock.wall_ms()
+    new = plan(route, step, keyed_routes.iso_now(wall_ms))
+    await host.store.create_queue(queue.queue_id, len(new.partitions))
+    await host.meta.set_route(new, route)  # RouteConflict: changed meanwhile
+    closing = [p.partition for p in new.partitions if p.state == "closing"]
+    updated = await keyed_routes.close(host, queue, new, closing)
+    log.info("queue %r in vhost %r: route version %d (%s); partition(s) %s closed",
+             queue.name, host.name, updated.version, updated.versions[-1].change,
+             ", ".join(map(str, closing)))  # fmt: skip
+    return updated
+
+
+async def advance(host: VirtualHost, queue: OrderedRuntime) -> bool:
+    """Remove the draining partitions whose every message before the command record is
+    settled (committed in the store: nobody needs to read the record itself, so a partition
+    with no consumer left drains once it is empty); True if a change is still in progress."""
+    route = queue.route
+    draining = [p for p in route.partitions if p.state == "draining"]
+    if not draining:
+        return route.in_progress() is not None
+    if queue.commit_dirty:
+        await queue.commit()
+    updated = route
+    for part in draining:
+        assert part.closed_at is not None
+        committed = await host.store.committed_offset(QUEUE_GROUP, queue.queue_id, part.partition)
+        if committed >= part.closed_at:  # all before the record settled (it is inert)
+            updated = removed(updated, part.partition)
+    if updated is not route:
+        await host.meta.set_route(updated, route)
+        queue.set_route(updated)
+        if updated.in_progress() is None:
+            log.info("queue %r in vhost %r: route version %d complete", queue.name, host.name,
+                     updated.version)  # fmt: skip
+    return updated.in_progress() is not None
+
+
+class RouteKeeper:
+    """Drives the changes in progress on this gateway to completion, and queues towards the
+    partition counts asked for (``mqgw queue rescale --partitions N``), a step at a time."""
+
+    def __init__(self, queues: Callable[[], Iterable[tuple[VirtualHost, OrderedRuntime]]]) -> None:
+        self.queues = queues
+        self.targets: dict[int, int] = {}  # queue id -> open partitions asked for
+        self._work = anyio.Event()
+
+    def poke(self) -> None:
+        """A change began: look at it now and until it completes."""
+        self._work.set()
+
+    def aim(self, queue: OrderedRuntime, partitions: int) -> None:
+        next_step(queue.route, partitions)  # RouteRefused for a count out of range
+        self.targets[queue.queue_id] = partitions
+        self.poke()
+
+    def target(self, queue: OrderedRuntime) -> int | None:
+        return self.targets.get(queue.queue_id)
+
+    async def pass_once(self) -> bool:
+        """One look at every keyed queue; True if a change is still in progress."""
+        busy = False
+        for host, queue in list(self.queues()):
+            if queue.deleted:
+                self.targets.pop(queue.queue_id, None)
+                continue
+            try:
+                busy = await self._advance(host, queue) or busy
+            except (StoreError, MetaError) as error:  # retried on the next pass
+                log.warning("queue %r: route change not advanced: %s", queue.name, error)
+                busy = True
+            except Exception:
+                log.exception("queue %r: route change not advanced", queue.name)
+                busy = True
+        return busy
+
+    async def _advance(self, host: VirtualHost, queue: OrderedRuntime) -> bool:
+        if await advance(host, queue):
+            return True
+        target = self.targets.get(queue.queue_id)
+        if target is None:
+            return False
+        step = next_step(queue.route, target)
+        if step is None:
+            del self.targets[queue.queue_id]
+            log.info("queue %r in vhost %r: %d partitions reached", queue.name, host.name,
+                     target)  # fmt: skip
+            return False
+        kind, parts = step
+        await apply_step(host, queue, Step(kind, parts[0], parts[1] if len(parts) > 1 else None))
+        return True
+
+    async def run(self) -> None:
+        while True:
+            if not await self.pass_once():
+                self._work = anyio.Event()
+                with anyio.move_on_after(1.0):  # a change made elsewhere (a restart) too
+                    await self._work.wait()
+            else:
+                await anyio.sleep(KEEP_EVERY_S)
+
+
+def settled(queue: OrderedRuntime, keeper: RouteKeeper) -> bool:
+    """No change in progress and no partition count still to reach."""
+    return queue.route.in_progress() is None and keeper.target(queue) is None

@@ -1,0 +1,113 @@
+"""A rescale step interrupted between its two writes (docs/ordering.md, "Faults"), on the real
+vhost, embedded store and metadata file across a restart:
+
+- the route's version written, the command record not (the gateway stopped in between): the
+  next start appends it and the step completes, per-key order and every message kept;
+- the command record appended, the route not (its write failed): the record is inert, the
+  queue goes on under the old version, nothing is lost or delivered twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from gateway.queues.ordered import OrderedRuntime
+from gateway.queues.scheduler import PushScheduler
+from gateway.vhost.host import VirtualHost
+from gateway.vhost.keyed_routes import command_record
+from gateway.vhost.rescale import RouteKeeper, settled
+from meta.local_store import LocalMetadataStore
+from meta.models import QueueDef, VHost
+from meta.queue_route import split
+from storage import FlushPolicy, StoreConfig, open_embedded_store
+from tests.gateway.queues.test_ordered_model import KEYED, World
+from tests.harness.clock import FakeClock
+
+DEFINITION = QueueDef(vhost="/", name="orders", durable=True, arguments=KEYED)
+
+
+async def _open(data: Path) -> tuple[VirtualHost, OrderedRuntime, LocalMetadataStore]:
+    meta = LocalMetadataStore(data / "meta")
+    if await meta.get_vhost("/") is None:
+        await meta.add_vhost(VHost(name="/"))
+    host = VirtualHost("/", meta, store_of[data], PushScheduler(clock=FakeClock()), 1)
+    await host.load()
+    queue = host.queues.get("orders") or await host.declare_queue(
+        host.with_partitions(DEFINITION), False, ""
+    )
+    assert isinstance(queue, OrderedRuntime)
+    return host, queue, meta
+
+
+store_of: dict[Path, object] = {}
+
+
+def _restarted(world: World, host: VirtualHost, queue: OrderedRuntime) -> None:
+    world.host, world.queue = host, queue
+    world.keeper = RouteKeeper(lambda: [(host, queue)])
+    world.consumers = []
+
+
+async def _drain(world: World) -> None:
+    await world.finish()
+    assert settled(world.queue, world.keeper)
+
+
+def test_a_version_written_without_its_command_record_completes_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as store:
+            store_of[tmp_path] = store
+            host, queue, meta = await _open(tmp_path)
+            world = World(host, queue, RouteKeeper(lambda: [(host, queue)]))
+            world.route_batch([f"k{i % 5}" for i in range(20)])
+            await world.append_oldest()
+            # The step's first write, then a stop: version 2 says partition 0 is closing.
+            route = queue.route
+            new = split(route, 0, when="t")
+            await store.create_queue(queue.queue_id, len(new.partitions))
+            await meta.set_route(new, route)
+            await meta.close()
+
+            host, queue, meta = await _open(tmp_path)  # the restart
+            part = queue.route.partitions[0]
+            assert (queue.route.version, part.state, part.closed_at) == (2, "draining", 20)
+            _restarted(world, host, queue)
+            world.route_batch([f"k{i % 5}" for i in range(20)])  # version 2: new partitions
+            await world.append_oldest()
+            await _drain(world)
+            world.check()  # each key: 0..7 in order, the old partition's first
+            assert [p.state for p in queue.route.partitions] == ["removed", "open", "open"]
+            await meta.close()
+
+    anyio.run(scenario)
+
+
+def test_a_command_record_without_its_version_is_inert(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as store:
+            store_of[tmp_path] = store
+            host, queue, meta = await _open(tmp_path)
+            world = World(host, queue, RouteKeeper(lambda: [(host, queue)]))
+            world.route_batch([f"k{i % 3}" for i in range(9)])
+            await world.append_oldest()
+            # The record went in; the route's write failed: version 1 goes on.
+            await store.append([command_record(queue.queue_id, 0, 2, 0)])
+            world.route_batch([f"k{i % 3}" for i in range(9)])
+            await world.append_oldest()
+            await meta.close()
+
+            host, queue, meta = await _open(tmp_path)
+            assert queue.route.version == 1 and queue.ready_count == 19  # with the record
+            _restarted(world, host, queue)
+            await _drain(world)
+            world.check()  # 18 messages, each key 0..5 in order, the record never delivered
+            assert len(world.session.deliveries) == 18
+            assert queue.ready_count == 0
+            await meta.close()
+
+    anyio.run(scenario)
