@@ -16,6 +16,7 @@ from gateway.admin.paths import SlashRoute
 from gateway.features.redelivery import redrive
 from gateway.observe.stats import QueueCounts, queue_counts, queue_message_stats
 from gateway.queues.consumer import LANE_GRAY, LANE_NORMAL
+from gateway.queues.ordered import OrderedRuntime
 from gateway.sessions.channel_state import Consumer
 from meta.models import Policy, User
 
@@ -90,8 +91,18 @@ def queue_stats(
             "redelivery": behaviour.redelivery,
             "max_age_ms": behaviour.max_age_ms,
             "disk_overflow": behaviour.disk_overflow,
+            "ordering": ordering_summary(queue),
         },
     }
+
+
+def ordering_summary(queue: QueueRuntime) -> dict[str, Any] | None:
+    """A keyed-order queue's route in brief (the whole of it: GET .../route); None for others."""
+    if not isinstance(queue, OrderedRuntime):
+        return None
+    route = queue.route
+    return {"version": route.version, "open_partitions": len(route.ranges),
+            "in_progress": route.in_progress()}  # fmt: skip
 
 
 async def partition_details(node: Node, queue: QueueRuntime) -> list[dict[str, Any]]:

@@ -161,3 +161,24 @@ def test_gray_connections_and_gray_partitions_are_colored(
         ]  # fmt: skip
     finally:
         canary.close()
+
+
+def test_a_keyed_queue_shows_its_route(dashboard: Dashboard, gateway: GatewayProcess) -> None:
+    with pika.BlockingConnection(pika.URLParameters(gateway.url)) as setup:
+        arguments = {"x-mqgw-ordering": "key", "x-mqgw-partitions": 2}
+        setup.channel().queue_declare("dash.keyed", arguments=arguments)
+    status, _ = gateway.admin("POST", "/api/queues/%2F/dash.keyed/rescale",
+                              {"split": 1, "wait": True})  # fmt: skip
+    assert status == 200
+    dashboard.logged_in("adm")
+    dashboard.go("#/queue/%2F/dash.keyed")
+    dashboard.wait(lambda: len(dashboard.all("#route-table tbody tr")) == 4)
+    states = [r.get_attribute("data-state") for r in dashboard.all("#route-table tbody tr")]
+    assert states == ["open", "removed", "open", "open"]
+    summary = dashboard.text("#route-summary")
+    assert summary.startswith("version 2 (split 1 at 768), 3 partitions open, 1024 logical")
+    publish(gateway, "dash.plain", [b"p"])
+    dashboard.go("#/queue/%2F/dash.plain")  # a queue without a route: no route section
+    dashboard.wait(lambda: dashboard.text(TILE.format("ready")) == "1")
+    assert not dashboard.find("#route-section").is_displayed()
+    assert dashboard.script_errors() == []

@@ -212,6 +212,7 @@
     const q = await load(`/api/queues/${enc(vhost)}/${enc(name)}`);
     if (!q) { // no figures of another queue under this one's name
       for (const node of [$("queue-tiles"), $("queue-controls"), $("partitions-table").tBodies[0], $("consumers-table").tBodies[0]]) node.replaceChildren();
+      $("route-section").hidden = true;
       return;
     }
     const m = q.mqgw || {};
@@ -230,9 +231,24 @@
       ...columns.map((c) => cell(typeof p[c] === "number" ? num(p[c]) : String(p[c]), "num")))));
     $("partitions-missing").hidden = partitions.length > 0;
     $("partitions-missing").textContent = "The API gives no partition offsets for this queue (no mqgw.partition_details).";
+    await renderRoute(vhost, name, m.ordering);
     $("consumers-table").tBodies[0].replaceChildren(...(q.consumer_details || []).map((c) => h("tr", {},
       cell(c.channel_details && c.channel_details.connection_name), cell(c.channel_details && c.channel_details.number),
       cell(c.consumer_tag), cell(c.ack_required ? "manual" : "auto"), cell(c.prefetch_count, "num"), cell(c.activity_status))));
+  }
+  // A keyed-order queue's route: each physical partition's state, range, gate and holder.
+  async function renderRoute(vhost, name, ordering) {
+    $("route-section").hidden = !ordering;
+    if (!ordering) return;
+    const route = await load(`/api/queues/${enc(vhost)}/${enc(name)}/route`);
+    if (!route) return;
+    const latest = route.versions[route.versions.length - 1];
+    $("route-summary").textContent = `version ${route.version} (${latest.change}), ${route.open_partitions} partitions open, ` +
+      `${route.logical_partitions} logical by ${route.key}` + (route.in_progress ? `; ${route.in_progress}` : "");
+    $("route-table").tBodies[0].replaceChildren(...route.partitions.map((p) => h("tr", { "data-state": p.state, class: `route-${p.state}` },
+      cell(p.partition, "num"), cell(p.state), cell(p.range ? `[${p.range[0]}, ${p.range[1]})` : ""), cell(p.group || "local"),
+      cell(p.gate), cell(p.consumer ? `${p.consumer.consumer_tag} (${p.consumer.connection})` : (p.orphaned ? "orphaned" : "")),
+      cell(num(p.held), "num"), cell(num(p.unacked), "num"), cell(num(p.committed), "num"), cell(p.opened_in, "num"))));
   }
   async function queueAction(kind) {
     const { vhost, name } = currentPage();
