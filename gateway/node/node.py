@@ -223,7 +223,7 @@ class Node:
     def _queue_attached(self, queue: QueueRuntime) -> None:
         self.controls.attach_queue(queue)
         if self.cluster is not None:  # nothing delivered before this gateway holds the lease
-            queue.leases = [False] * queue.partitions
+            queue.start_leasing()
 
     def all_queues(self) -> list[QueueRuntime]:
         return [q for vhost in self.vhosts.values() for q in vhost.queues.values()]

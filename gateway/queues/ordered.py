@@ -84,7 +84,37 @@ class OrderedRuntime(QueueRuntime):
 
     async def start(self) -> None:
         await super().start()
+        self._pass_removed_records()
         self._started = True
+
+    def _pass_removed_records(self) -> None:
+        """A removed partition drained before anyone read its command record (nobody needs
+        to): read positions move past it, and it leaves the ready count."""
+        for part in self.route.partitions:
+            if part.state != "removed" or part.closed_at is None:
+                continue
+            p = part.partition
+            if self.cursors[p] <= part.closed_at and not self.pending[p] and not self.back[p]:
+                self.ready_count -= part.closed_at + 1 - self.cursors[p]
+                self.cursors[p] = part.closed_at + 1
+                self.commit_dirty = True
+
+    def start_leasing(self) -> None:
+        super().start_leasing()
+        self._set_readable()
+
+    def set_lease(self, partition: int, held: bool) -> None:
+        super().set_lease(partition, held)
+        self._set_readable()
+
+    def may_serve(self) -> bool:
+        """Cluster: one partition's lease is enough (each is delivered on its own)."""
+        return self.leases is None or any(self.leases)
+
+    def wants_partition(self, partition: int) -> bool:
+        """Cluster: worth holding while it may still deliver and a consumer is here."""
+        part = self.route.partitions[partition]
+        return bool(self.consumers) and part.state != "removed" and gate_open(self.route, partition)
 
     def _wake(self) -> None:
         if self._started and self.wake is not None:
@@ -101,6 +131,8 @@ class OrderedRuntime(QueueRuntime):
             table[r.start : r.end] = [r.partition] * (r.end - r.start)
         self._table = table
         self._grow(len(route.partitions))
+        if self._started:
+            self._pass_removed_records()
         self._set_readable()
         self._wake()
 
@@ -175,7 +207,9 @@ class OrderedRuntime(QueueRuntime):
             self.wake(self)
 
     def holder(self, partition: int) -> Consumer | None:
-        return self.owners.get(partition)
+        """The consumer holding ``partition`` now (not one gone since the last turn)."""
+        owner = self.owners.get(partition)
+        return owner if owner is not None and any(c is owner for c in self.consumers) else None
 
     def _assign(self) -> None:
         """Each readable partition to one consumer: a holder gone leaves an orphan until its

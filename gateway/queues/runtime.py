@@ -781,6 +781,10 @@ class QueueRuntime:
 
     # -- cluster delivery leases ------------------------------------------------------------
 
+    def start_leasing(self) -> None:
+        """Cluster: nothing is delivered before this gateway holds a partition's lease."""
+        self.leases = [False] * self.partitions
+
     def holds_all_leases(self) -> bool:
         return self.leases is None or all(self.leases)
 

@@ -129,6 +129,8 @@ def test_constraints_and_refusals_are_clear(gateway: GatewayProcess, tmp_path: P
     assert status == 200 and body["complete"] is True  # empty partitions drain at once
     assert [p["state"] for p in body["route"]["partitions"]] == [
         "open", "removed", "removed", "open"]  # fmt: skip
+    status, stats = gateway.admin("GET", "/api/queues/%2F/orders")
+    assert (status, stats["messages_ready"]) == (200, 0)  # the unread records count for nothing
 
     code, _, text = _rescale(gateway, tmp_path, "orders", "--merge", "0,1")
     assert code == 1 and "answered 409 unknown partition" not in text

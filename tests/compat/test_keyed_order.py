@@ -61,11 +61,12 @@ def publish_kombu(url: str, queue: str, tag: str, per_key: int) -> None:
             time.sleep(0.002)
 
 
-async def publish_aio(url: str, queue: str, tag: str, per_key: int) -> None:
+async def publish_aio(url: str, queue: str, tag: str, per_key: int, first: int = 0) -> None:
+    """Messages ``first`` .. ``per_key`` - 1 of each of the publisher's keys."""
     conn = await aio_pika.connect(url)
     async with conn:
         channel = await conn.channel(publisher_confirms=True)
-        for n in range(per_key):
+        for n in range(first, per_key):
             for k in range(KEYS):
                 key = f"{tag}-{k}"
                 await channel.default_exchange.publish(
