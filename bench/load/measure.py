@@ -59,7 +59,7 @@ def _execute(run: Run) -> dict[str, Any]:
                 expected[q] += count
     con_plans, con_queues = run.consume_plans(expected)
     n_fast = len(con_plans) - (1 if s.slow_queues else 0)
-    fast = [q for chunk in con_queues[:n_fast] for q in chunk]
+    fast = sorted({q for chunk in con_queues[:n_fast] for q in chunk})  # a queue once
     extra: dict[str, Any] = {}
     cpu_start = tree_cpu_s(run.target.pid) if run.target.pid else None
     with new_progress_bar() as bar:
@@ -156,9 +156,11 @@ def _summary(
     for result, queues in zip(cons, con_queues, strict=True):
         snap = result["snapshot_per_queue"] or [None] * len(queues)
         for q, n, m in zip(queues, result["unique_per_queue"], snap, strict=True):
-            unique[q], at_publish_end[q] = n, m
+            unique[q] += n  # several consumers of one queue (keyed) add up
+            if m is not None:
+                at_publish_end[q] = (at_publish_end[q] or 0) + m
     fast_results = cons[:n_fast]
-    fast = [q for chunk in con_queues[:n_fast] for q in chunk]
+    fast = sorted({q for chunk in con_queues[:n_fast] for q in chunk})
     delivered = sum(unique[q] for q in fast)
     start_ns = min(p["started_ns"] for p in pubs)
     end_ns = max([c["last_ns"] for c in fast_results] + [p["finished_ns"] for p in pubs])

@@ -32,6 +32,7 @@ class PublishPlan:
     confirm_window: int  # 0: no confirms
     deadline_mono: float
     mark_every: int = 0  # record when each multiple of this many is confirmed (backlog rates)
+    one_sequence: bool = False  # every route into one queue (keyed): one sequence, not one each
 
 
 class _Confirms:
@@ -76,6 +77,7 @@ def publish(plan: PublishPlan, link: WorkerLink) -> dict[str, Any]:
     ]
     pieces = [(t.prefix, t.suffix) for t in templates]
     routes = len(pieces)
+    per_seq = 1 if plan.one_sequence else routes  # sequence number = i // per_seq
     sock, parser = conn.sock, conn.parser
     confirms = _Confirms()
     window = plan.confirm_window
@@ -116,7 +118,7 @@ def publish(plan: PublishPlan, link: WorkerLink) -> dict[str, Any]:
         parts: list[bytes] = []
         for i in range(sent, sent + room):
             prefix, suffix = pieces[i % routes]
-            parts += (prefix, pack(i // routes, now_ns()), suffix)
+            parts += (prefix, pack(i // per_seq, now_ns()), suffix)
         sock.sendall(b"".join(parts))
         sent += room
         try:  # pick up whatever confirms are already here, without blocking

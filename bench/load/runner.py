@@ -25,7 +25,7 @@ from bench.load import consumer, publisher
 from bench.load.connection import RawConnection
 from bench.load.consumer import ConsumePlan
 from bench.load.publisher import PublishPlan
-from bench.load.scenarios import Scenario, split_counts
+from bench.load.scenarios import Scenario, queue_arguments, split_counts
 from bench.load.workers import CONTEXT, WorkerLink, new_progress
 
 console = Console(stderr=True)
@@ -90,9 +90,8 @@ class Run:
         self.procs = max(1, procs)
         run_id = uuid.uuid4().hex[:6]
         base = f"bench-{scenario.name}-{run_id}"
-        self.topology = Topology(
-            [f"{base}-{i}" for i in range(scenario.queues)], f"{base}-fx" if scenario.fanout else ""
-        )
+        exchange = f"{base}-fx" if scenario.fanout else f"{base}-kx" if scenario.keys else ""
+        self.topology = Topology([f"{base}-{i}" for i in range(scenario.queues)], exchange)
         self.progress = new_progress(64)
         self.stop = CONTEXT.Event()
         self.snapshot = CONTEXT.Event()
@@ -104,15 +103,23 @@ class Run:
     def declare(self, conn: RawConnection) -> None:
         s, t = self.s, self.topology
         conn.open_channel(1)
-        declares = [commands.Queue.Declare(queue=q, durable=s.durable) for q in t.queues]
+        arguments = queue_arguments(s, self.target.label)
+        declares = [
+            commands.Queue.Declare(queue=q, durable=s.durable, arguments=arguments)
+            for q in t.queues
+        ]
         conn.pipeline(1, declares, commands.Queue.DeclareOk)
         if t.exchange:
+            kind = "topic" if s.keys else "fanout"  # keyed: every key to the one queue
             conn.call(
                 1,
-                commands.Exchange.Declare(exchange=t.exchange, exchange_type="fanout"),
+                commands.Exchange.Declare(exchange=t.exchange, exchange_type=kind),
                 commands.Exchange.DeclareOk,
             )
-            binds = [commands.Queue.Bind(queue=q, exchange=t.exchange) for q in t.queues]
+            binds = [
+                commands.Queue.Bind(queue=q, exchange=t.exchange, routing_key="#" if s.keys else "")
+                for q in t.queues
+            ]
             conn.pipeline(1, binds, commands.Queue.BindOk)
 
     def delete(self) -> None:
@@ -141,6 +148,11 @@ class Run:
             deadline_mono=self.deadline,
             mark_every=self.count // 10 if s.backlog else 0,
         )
+        if s.keys:  # every key into the one queue, one sequence over them all
+            routes = tuple((t.exchange, f"k{k}") for k in range(s.keys))
+            plan = replace(base, url=self.target.publisher_url(0), routes=routes,
+                           count=self.count, one_sequence=True)  # fmt: skip
+            return [plan], [[[0]] * s.keys]
         if s.fanout or s.queues == 1:  # one stream: one publisher keeps its sequence
             reach = list(range(s.queues))
             route = (t.exchange, "") if s.fanout else ("", t.queues[0])
@@ -163,6 +175,11 @@ class Run:
     def consume_plans(self, bounds: list[int]) -> tuple[list[ConsumePlan], list[list[int]]]:
         """Plans (fast first, then the slow consumer if any) and each plan's queue indexes."""
         s = self.s
+        if s.consumers > 1:  # several consumers of one queue, each checking what it gets
+            plans = [self._consume_plan([0], [sum(bounds)], s.prefetch, 0.0,
+                                        self.target.consumer_url(c))
+                     for c in range(s.consumers)]  # fmt: skip
+            return plans, [[0] for _ in plans]
         fast = list(range(s.slow_queues, s.queues))
         n_con = min(self.procs, len(fast))
         chunks = [fast[c::n_con] for c in range(n_con)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_RATIOS = ("msgs_per_s", "p99_ms", "cpu_s_per_100k")
 
@@ -34,6 +35,12 @@ class Scenario:
     deadline_s: float = 600.0  # at scale 1
     ratio_fields: tuple[str, ...] = DEFAULT_RATIOS
     description: str = ""
+    # Keyed order (docs/ordering.md): ``keys`` routing keys into one queue through a topic
+    # exchange, ``consumers`` on it; mqgw declares it x-mqgw-ordering: key over
+    # ``partitions``, RabbitMQ as a single-active-consumer queue (its only way to keep order).
+    keys: int = 0
+    consumers: int = 1
+    partitions: int = 1
 
     def count(self, scale: float) -> int:
         return max(1, round(self.messages * scale))
@@ -115,6 +122,20 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             description="1M persistent 100 B with no consumer, then one consumer drains",
         ),
+        *(
+            Scenario(
+                f"keyed-{p}p",
+                100_000,
+                1024,
+                keys=1_000,
+                consumers=4,
+                partitions=p,
+                prefetch=100,
+                description=f"keyed order: 1,000 keys, 4 consumers, {p} partition(s) "
+                "(RabbitMQ: a single-active-consumer queue), confirms, persistent 1 KB",
+            )
+            for p in (1, 4, 8)
+        ),
         Scenario(
             "slow-consumer",
             100_000,
@@ -126,6 +147,15 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+
+def queue_arguments(scenario: Scenario, target_label: str) -> dict[str, Any]:
+    """What the scenario's queues are declared with on this target."""
+    if not scenario.keys:
+        return {}
+    if target_label == "rabbitmq":
+        return {"x-single-active-consumer": True}
+    return {"x-mqgw-ordering": "key", "x-mqgw-partitions": scenario.partitions}
 
 
 def split_counts(total: int, parts: int) -> list[int]:

@@ -139,12 +139,20 @@ def test_per_key_order_holds_while_the_queue_rescales_under_load(
     per_key = 30
     versions: list[dict[str, Any]] = []
 
+    def timed(what: str, body: dict[str, Any]) -> None:
+        started = time.monotonic()
+        versions.append(rescale(gateway, queue, body))
+        took = time.monotonic() - started
+        # The figure the closing note gives: from the call to every consumer on the version.
+        print(f"rescale {what} under load: every consumer on version "
+              f"{versions[-1]['version']} in {took:.2f} s")  # fmt: skip
+
     def operator() -> None:
-        versions.append(rescale(gateway, queue, {"partitions": 4}))
-        versions.append(rescale(gateway, queue, {"partitions": 8}))
+        timed("1 -> 4 partitions", {"partitions": 4})
+        timed("4 -> 8 partitions", {"partitions": 8})
         first_open = next(p["partition"] for p in versions[-1]["partitions"] if p["range"])
-        versions.append(rescale(gateway, queue, {"move": first_open}))
-        versions.append(rescale(gateway, queue, {"partitions": 2}))
+        timed(f"move of partition {first_open}", {"move": first_open})
+        timed("8 -> 2 partitions", {"partitions": 2})
 
     async def scenario() -> Arrivals:
         arrivals = Arrivals()
