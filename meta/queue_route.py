@@ -77,6 +77,9 @@ class QueueRoute(_Model):
     header: str | None = None  # the key's header; None: the routing key
     versions: tuple[RouteVersion, ...]  # oldest first, strictly consecutive
     partitions: tuple[RoutePartition, ...] = Field(default=())  # indexed by number
+    # Open partitions an operator asked for (rescale --partitions N): the gateways take one
+    # step at a time towards it, across restarts; None once reached.
+    target: int | None = None
 
     @property
     def version(self) -> int:

@@ -170,7 +170,7 @@ def routes(node: Node) -> APIRouter:
                                 "a move goes to a fresh partition (leave \"to\" out)")  # fmt: skip
         try:
             if isinstance(asked, int):
-                node.routes.aim(queue, asked)
+                await node.routes.aim(host, queue, asked)
             else:
                 await apply_step(host, queue, asked)
                 node.routes.poke()

@@ -110,27 +110,30 @@ class RouteKeeper:
 
     def __init__(self, queues: Callable[[], Iterable[tuple[VirtualHost, OrderedRuntime]]]) -> None:
         self.queues = queues
-        self.targets: dict[int, int] = {}  # queue id -> open partitions asked for
         self._work = anyio.Event()
 
     def poke(self) -> None:
         """A change began: look at it now and until it completes."""
         self._work.set()
 
-    def aim(self, queue: OrderedRuntime, partitions: int) -> None:
-        next_step(queue.route, partitions)  # RouteRefused for a count out of range
-        self.targets[queue.queue_id] = partitions
+    async def aim(self, host: VirtualHost, queue: OrderedRuntime, partitions: int) -> None:
+        """Take the queue to ``partitions`` open partitions, a step at a time (the target is
+        kept in the route: a restart carries on towards it)."""
+        route = queue.route
+        next_step(route, partitions)  # RouteRefused for a count out of range
+        aimed = route.model_copy(update={"target": partitions})
+        await host.meta.set_route(aimed, route)
+        queue.set_route(aimed)
         self.poke()
 
     def target(self, queue: OrderedRuntime) -> int | None:
-        return self.targets.get(queue.queue_id)
+        return queue.route.target
 
     async def pass_once(self) -> bool:
         """One look at every keyed queue; True if a change is still in progress."""
         busy = False
         for host, queue in list(self.queues()):
             if queue.deleted:
-                self.targets.pop(queue.queue_id, None)
                 continue
             try:
                 busy = await self._advance(host, queue) or busy
@@ -145,14 +148,16 @@ class RouteKeeper:
     async def _advance(self, host: VirtualHost, queue: OrderedRuntime) -> bool:
         if await advance(host, queue):
             return True
-        target = self.targets.get(queue.queue_id)
-        if target is None:
+        route = queue.route
+        if route.target is None:
             return False
-        step = next_step(queue.route, target)
+        step = next_step(route, route.target)
         if step is None:
-            del self.targets[queue.queue_id]
+            reached = route.model_copy(update={"target": None})
+            await host.meta.set_route(reached, route)
+            queue.set_route(reached)
             log.info("queue %r in vhost %r: %d partitions reached", queue.name, host.name,
-                     target)  # fmt: skip
+                     route.target)  # fmt: skip
             return False
         kind, parts = step
         await apply_step(host, queue, Step(kind, parts[0], parts[1] if len(parts) > 1 else None))
