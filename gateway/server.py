@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 import socket
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import cast
 
 import anyio
 import sniffio
 import uvicorn
-from anyio.abc import SocketListener
+from anyio.abc import SocketListener, SocketStream
+from anyio.streams.stapled import MultiListener
 
 from gateway.admin.app import create_app
 from gateway.amqp import twins
@@ -33,7 +35,7 @@ from gateway.sessions.connection_io import serve_connection
 from meta.local_store import LocalMetadataStore
 from meta.redis_store import RedisMetadataStore
 from meta.store import MetadataStore
-from storage import DiskFull, StorePort, open_embedded_store
+from storage import DiskFull, StoreLocked, StorePort, open_embedded_store
 
 log = logging.getLogger("mqgw.server")
 
@@ -49,15 +51,22 @@ async def _backends(settings: GatewaySettings) -> AsyncIterator[tuple[StorePort,
         async with open_cluster_backends(settings, frozenset(EXCHANGE_TYPES)) as (store, meta):
             yield store, meta
         return
-    async with open_embedded_store(settings.store_config()) as embedded:
-        yield (
-            embedded,
-            LocalMetadataStore(
+    async with AsyncExitStack() as stack:
+        try:
+            embedded = await stack.enter_async_context(open_embedded_store(settings.store_config()))
+            local = LocalMetadataStore(
                 settings.data_dir / "meta",
                 exchange_types=EXCHANGE_TYPES,
                 default_user=not settings.users,
-            ),
-        )
+            )
+        except StoreLocked as error:
+            raise StartFailure(f"cannot start: the store {error} (another node?)") from None
+        except OSError as error:
+            where = f" ({error.filename})" if error.filename else ""
+            raise StartFailure(
+                f"data directory {settings.data_dir} is not usable{where}: {_why(error)}"
+            ) from None
+        yield embedded, local
 
 
 async def serve(
@@ -75,11 +84,16 @@ async def serve(
         await node.start()
         position = await link.start() if link is not None else ""
         _tune_gc()
-        listener = await open_listener(settings.amqp_host, settings.amqp_port, settings.reuse_port)
+        listener = await _listen(settings.amqp_host, settings.amqp_port, settings.reuse_port)
         amqp_port = listener.extra(anyio.abc.SocketAttribute.local_port)
         tls_listener = (
-            await open_listener(settings.amqp_host, settings.tls_port, settings.reuse_port)
+            await _listen(settings.amqp_host, settings.tls_port, settings.reuse_port)
             if tls.amqp
+            else None
+        )
+        admin_socket = (  # bound here: a port in use stops the start with one line
+            _admin_socket(settings)
+            if settings.admin_port and sniffio.current_async_library() == "asyncio"
             else None
         )
 
@@ -117,8 +131,8 @@ async def serve(
             if tls.contexts:
                 await tg.start(tls.watch)  # SIGHUP and file changes reload certificates
             admin_port = 0
-            if settings.admin_port and sniffio.current_async_library() == "asyncio":
-                admin_port = await tg.start(_serve_admin, node, settings, tls.admin)
+            if admin_socket is not None:
+                admin_port = await tg.start(_serve_admin, node, settings, tls.admin, admin_socket)
             https = " (https)" if tls.admin else ""
             what = (
                 f"metadata {settings.meta}, gateway {node.name}"
@@ -169,6 +183,7 @@ async def _serve_admin(
     node: Node,
     settings: GatewaySettings,
     tls: ReloadingContext | None,
+    sock: socket.socket,
     *,
     task_status: anyio.abc.TaskStatus[int],
 ) -> None:
@@ -183,23 +198,46 @@ async def _serve_admin(
         config.load()
         config.ssl = tls.context
     server = uvicorn.Server(config)
-    sockets = [_admin_socket(settings) if settings.reuse_port else config.bind_socket()]
-    task_status.started(sockets[0].getsockname()[1])
-    await server.serve(sockets=sockets)
+    task_status.started(sock.getsockname()[1])
+    await server.serve(sockets=[sock])
+
+
+class StartFailure(SystemExit):
+    """A foreseeable reason the gateway cannot start: one line and exit status 1, never a
+    traceback (mqgw_cli prints it as it is)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"mqgw serve: {reason}")
+
+
+def _why(error: OSError) -> str:
+    """ "address already in use": the system's words for the errno, lower case."""
+    return os.strerror(error.errno).lower() if error.errno else str(error)
+
+
+async def _listen(host: str, port: int, reuse_port: bool) -> MultiListener[SocketStream]:
+    try:
+        return await open_listener(host, port, reuse_port)
+    except OSError as error:
+        raise StartFailure(f"cannot listen on {host}:{port}: {_why(error)}") from None
 
 
 def _admin_socket(settings: GatewaySettings) -> socket.socket:
-    """The admin listen socket with SO_REUSEPORT (uvicorn's own binding cannot set it), so
-    the workers of `mqgw serve --workers` share the admin port as they share AMQP's."""
+    """The admin listen socket, bound as uvicorn binds one (SO_REUSEADDR); with
+    ``reuse_port`` also SO_REUSEPORT (uvicorn's own binding cannot set it), so the workers of
+    `mqgw serve --workers` share the admin port as they share AMQP's."""
     host = settings.admin_host
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)  # as uvicorn
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if settings.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, settings.admin_port))
-    except OSError:
+    except OSError as error:
         sock.close()
-        raise
+        raise StartFailure(
+            f"cannot listen on {host}:{settings.admin_port} (admin API): {_why(error)}"
+        ) from None
     sock.set_inheritable(True)
     return sock
 
@@ -209,7 +247,24 @@ def run(settings: GatewaySettings, backend: str = "asyncio") -> None:
     try:
         anyio.run(serve, settings, backend=backend, backend_options=options)
     except (TLSSettingsError, DiskFull) as error:  # DiskFull: only a brand new store
-        raise SystemExit(f"mqgw: cannot start: {error}") from None
+        raise StartFailure(f"cannot start: {error}") from None
+    except BaseExceptionGroup as group:  # raised through a task group (cluster mode)
+        failure = _start_failure(group)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def _start_failure(error: BaseException) -> StartFailure | None:
+    """The StartFailure in ``error``, however deep in exception groups."""
+    if isinstance(error, StartFailure):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _start_failure(inner)
+            if found is not None:
+                return found
+    return None
 
 
 # Young-generation collections every 20,000 allocations instead of 700, older ones rarer still.

@@ -42,6 +42,7 @@ log = logging.getLogger("mqgw.cluster")
 
 LOOK_EVERY_S = 0.5  # a new group is in use within about this (plus its connection)
 ENSURE_WAIT_S = 5.0  # a route naming a live group not connected here yet: wait this long
+WARN_EVERY_S = 5.0  # a start that waits says so this often
 BROKER_WAIT_S = 30.0  # at start, for a first group; for a replicated group's master
 REMOTE_WAIT_S = 10.0  # a RemoteStore's wait for its broker (connect, calls while away)
 LOOK_ERRORS = (MetadataUnavailable, redis_errors.RedisError, OSError)
@@ -73,20 +74,29 @@ async def look_up_groups(
 async def find_start_groups(meta: RedisMetadataStore, url: str) -> dict[str, str | None]:
     """The live groups at start, waiting up to BROKER_WAIT_S for one to appear."""
     client = registry_client(url)
+    unreachable: Exception | None = None  # the last failure to reach Redis, if the last try
+    warned = float("-inf")
     try:
         with anyio.move_on_after(BROKER_WAIT_S):
             while True:
                 try:
                     found, _dead = await look_up_groups(meta, client)
+                    unreachable = None
                 except LOOK_ERRORS as error:
-                    log.warning("cluster: %s", error)
-                    found = {}
+                    unreachable, found = error, {}
+                    if anyio.current_time() - warned >= WARN_EVERY_S:  # not one per try
+                        warned = anyio.current_time()
+                        log.warning("cluster: %s (retrying for up to %.0f s)", error,
+                                    BROKER_WAIT_S)  # fmt: skip
                 if found:
                     return found
                 await anyio.sleep(0.2)
     finally:
         await client.aclose()
-    raise SystemExit(f"mqgw: no live broker registered in {url} within {BROKER_WAIT_S:.0f} s")
+    if unreachable is not None:
+        raise SystemExit(f"mqgw serve: metadata store {url} unreachable for "
+                         f"{BROKER_WAIT_S:.0f} s: {unreachable}")  # fmt: skip
+    raise SystemExit(f"mqgw serve: no live broker registered in {url} within {BROKER_WAIT_S:.0f} s")
 
 
 def open_group(
