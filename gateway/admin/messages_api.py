@@ -28,6 +28,7 @@ from gateway.admin.queues_api import permit as permit_on
 from gateway.admin.queues_api import visible_vhost
 from gateway.admin.topology_api import DEFAULT_EXCHANGE_ALIAS, Json
 from gateway.amqp.events import decode_properties
+from gateway.amqp.property_bytes import timestamp_of
 from gateway.features.gray import marked_gray
 from meta.models import User
 from storage import Record
@@ -74,6 +75,9 @@ def properties_json(properties: bytes) -> dict[str, Any] | list[Any]:
         if isinstance(value, datetime.datetime):
             value = int(value.timestamp())
         result["type" if name == "message_type" else name] = json_value(value)
+    stamp = timestamp_of(properties)  # AMQP's 64-bit integer, also beyond a datetime's range
+    if stamp is not None:
+        result["timestamp"] = stamp
     return result or []
 
 

@@ -36,11 +36,12 @@ def decode_properties(properties_bytes: bytes) -> commands.Basic.Properties:
     try:
         try:
             content_header.unmarshal(_NO_CONTENT_HEAD + properties_bytes)
-        except (ValueError, struct.error):
+        except (ValueError, OverflowError, OSError, struct.error):
             if not properties_well_formed(properties_bytes):
                 raise
             # What RabbitMQ decodes but pamqp does not (a shortstr that is not UTF-8, the
-            # flag-continuation bit) is read from a copy pamqp takes; the bytes stay as sent.
+            # flag-continuation bit, a timestamp beyond a datetime's range: AMQP's are 64-bit
+            # integers) is read from a copy pamqp takes; the bytes stay as sent.
             content_header.unmarshal(_NO_CONTENT_HEAD + property_bytes.readable(properties_bytes))
     except Exception as err:  # pamqp raises struct/Value/Overflow/Recursion errors
         detail = f"cannot decode content properties {erlang_binary(properties_bytes[:64], False)}"

@@ -52,6 +52,7 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
 # Fixed value sizes of field-table types (RabbitMQ's dialect of 0-9-1 tags).
+MAX_DATETIME_S = 253_402_300_799  # 9999-12-31T23:59:59Z, the last second a datetime holds
 _FIXED = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "l": 8, "L": 8, "f": 4}
 _FIXED.update({"d": 8, "D": 5, "T": 8, "V": 0})
 
@@ -207,6 +208,9 @@ def readable(properties: bytes) -> bytes:
     delivers such bytes verbatim, and so does the gateway: only its reading uses this copy."""
     flags = _U16.unpack_from(properties)[0] & 0xFFFC
     fields = split_properties(_U16.pack(flags) + properties[2:])
+    stamp = fields.get(TIMESTAMP)
+    if stamp is not None and int.from_bytes(stamp, "big") > MAX_DATETIME_S:
+        del fields[TIMESTAMP]  # read as absent (timestamp_of has it); sent and kept as it is
     for bit, kind in _ORDER:
         raw = fields.get(bit)
         if raw is not None and kind == "s":
@@ -223,16 +227,37 @@ def _readable_shortstr(text: str) -> bytes:
 
 def _readable_table(raw: bytes) -> bytes:
     body = b"".join(
-        _readable_shortstr(key) + tag.encode() + _readable_value(tag, value)
+        _readable_shortstr(key) + _readable_item(tag, value)
         for key, tag, value in split_table(raw)  # keys decoded with replacement
     )
     return _U32.pack(len(body)) + body
 
 
-def _readable_value(tag: str, value: bytes) -> bytes:
+def _readable_item(tag: str, value: bytes) -> bytes:
+    """Tag and value; a timestamp beyond a datetime's range is read as the 64-bit integer
+    it is (signed, as a long long)."""
     if tag == "F":
-        return _readable_table(value)
+        return b"F" + _readable_table(value)
     if tag == "A":
-        items = b"".join(t.encode() + _readable_value(t, v) for t, v in split_array(value))
-        return _U32.pack(len(items)) + items
-    return value
+        items = b"".join(_readable_item(t, v) for t, v in split_array(value))
+        return b"A" + _U32.pack(len(items)) + items
+    if tag == "T" and int.from_bytes(value, "big") > MAX_DATETIME_S:
+        return b"l" + value
+    return tag.encode() + value
+
+
+def timestamp_of(properties: bytes | memoryview) -> int | None:
+    """The timestamp property as the 64-bit unsigned integer AMQP says it is (None: absent)."""
+    raw = split_properties(properties).get(TIMESTAMP)
+    return None if raw is None else int.from_bytes(raw, "big")
+
+
+def keep_timestamp(original: bytes | memoryview, encoded: bytes) -> bytes:
+    """``encoded`` (properties decoded from ``original`` and encoded again) with the original
+    timestamp bytes: a decoder reads one beyond a datetime's range as absent."""
+    raw = split_properties(original).get(TIMESTAMP)
+    if raw is None:
+        return encoded
+    fields = split_properties(encoded)
+    fields[TIMESTAMP] = raw
+    return join_properties(fields)

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.amqp import Publish, decode_properties, frame_writer
+from gateway.amqp.property_bytes import keep_timestamp
 from gateway.features.gray import marked_gray
 from gateway.features.log_timer import LogTimer, TimerItem, TimerMessage
 from gateway.routing import strip_bcc
@@ -92,7 +93,8 @@ def hold(
     original = properties.headers
     properties.headers = {**headers, DELAY_HEADER: -delay}
     try:
-        properties_bytes = frame_writer.encode_properties(properties)
+        encoded = frame_writer.encode_properties(properties)
+        properties_bytes = keep_timestamp(publish.properties_bytes, encoded)
     finally:
         properties.headers = original
     message = TimerMessage(
@@ -154,7 +156,7 @@ def _deliverable(vhost: VhostPort, m: TimerMessage) -> Record | None:
     properties_bytes = m.properties
     if headers and "BCC" in headers:
         properties.headers = strip_bcc(dict(headers))
-        properties_bytes = frame_writer.encode_properties(properties)
+        properties_bytes = keep_timestamp(m.properties, frame_writer.encode_properties(properties))
     gray = marked_gray(headers)  # a held gray message keeps its color when it fires
     destinations = tuple((q.queue_id, q.pick_partition(gray)) for q in queues)
     return Record(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.amqp import Publish, frame_writer
 from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
+from gateway.amqp.property_bytes import keep_timestamp
 from gateway.features.delayed_exchange import delay_of, hold
 from gateway.features.direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from gateway.features.gray import marked_gray
@@ -84,13 +85,14 @@ def route_publish(
     if flags & EXPIRATION_FLAG:
         _check_expiration(publish.properties.expiration)
     if flags & (HEADERS_FLAG | USER_ID_FLAG | REPLY_TO_FLAG) or delivery_mode < 0:
+        sent = publish.properties_bytes  # encoded again below: its timestamp bytes kept
         properties = publish.properties
         delivery_mode = properties.delivery_mode or 0
         if properties.reply_to == REPLY_QUEUE:
             if not channel.reply_key:
                 raise PreconditionFailed("fast reply consumer does not exist", 60, 40)
             properties.reply_to = REPLY_PREFIX + channel.reply_key
-            properties_bytes = frame_writer.encode_properties(properties)
+            properties_bytes = keep_timestamp(sent, frame_writer.encode_properties(properties))
         headers = properties.headers if flags & HEADERS_FLAG else None
         user_id = properties.user_id
         if user_id is not None and user_id != session.user and not session.impersonator:
@@ -101,7 +103,7 @@ def route_publish(
             )
         if headers and "BCC" in headers:
             properties.headers = strip_bcc(dict(headers))
-            properties_bytes = frame_writer.encode_properties(properties)
+            properties_bytes = keep_timestamp(sent, frame_writer.encode_properties(properties))
     if flags & DELIVERY_MODE_FLAG and delivery_mode not in (1, 2):
         # RabbitMQ's message validation (rabbit_channel): 1 and 2 only, when present.
         raise PreconditionFailed(
