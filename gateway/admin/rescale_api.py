@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import anyio
 from fastapi import APIRouter, Body, Depends, HTTPException, Response
 
-from gateway.admin.auth import MANAGEMENT, POLICYMAKER, reads_everything, requires
+from gateway.admin.auth import MANAGEMENT, POLICYMAKER, requires
 from gateway.admin.paths import SlashRoute
+from gateway.admin.queues_api import visible_vhost
 from gateway.queues.ordered import OrderedRuntime
 from gateway.sessions.channel_state import Consumer
 from gateway.vhost.rescale import Step, apply_step, settled
@@ -90,7 +91,7 @@ def route_json(node: Node, queue: OrderedRuntime) -> dict[str, Any]:
             "range": ranges.get(p),
             "gate": "open" if p in queue.readable or part.state == "removed" else "waiting",
             "consumer": None if holder is None else _consumer(holder),
-            "orphaned": p in queue.orphans,
+            "orphaned": p in queue.holders.orphans,
             "held": held,
             "unacked": len(queue.inflight[p]),
             "read_to": queue.cursors[p],
@@ -132,10 +133,7 @@ def routes(node: Node) -> APIRouter:
     management = Depends(requires(MANAGEMENT, node))
 
     def keyed_queue(vhost: str, name: str, user: User) -> tuple[VirtualHost, OrderedRuntime]:
-        host = node.vhosts.get(vhost)
-        visible = reads_everything(user) or node.access.may_use_vhost(user.name, vhost)
-        if host is None or not visible:
-            raise HTTPException(404, f"no vhost '{vhost}'")
+        host = visible_vhost(node, vhost, user)
         queue = host.queues.get(name)
         if queue is None:
             raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")

@@ -6,12 +6,8 @@ orderly consumption.
   route (meta/queue_route.py): ``crc32(key) % L`` looked up in the route's ranges
   (``key_partition``), not the channel's sticky one.
 - **One consumer per partition.** Each readable partition is held by one consumer of the
-  queue at a time and delivered to it alone, in offset order; a requeued message comes back
-  before anything later of its partition. A partition whose consumer went away keeps its
-  unacked messages where they are (an orphan) until they are settled or come back; only then
-  does another consumer get it, so the next holder starts where the last one ended. A new
-  consumer takes partitions over from busier ones the same way: only with nothing of them in
-  flight.
+  queue at a time (gateway/queues/partition_holders.py) and delivered to it alone, in offset
+  order; a requeued message comes back before anything later of its partition.
 - **The version gate.** A partition opened by a change delivers only once the partitions it
   replaced are removed (drained up to their command record): the messages of a key published
   before the change all come first. A command record read from a closed partition is never
@@ -34,6 +30,7 @@ from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.consumer import LANE_ALL
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
+from gateway.queues.partition_holders import PartitionHolders
 from gateway.queues.rate_limit import TokenBucket
 from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
 from meta.models import QueueDef
@@ -73,11 +70,8 @@ class OrderedRuntime(QueueRuntime):
         self.back: list[list[tuple[int, StoredMessage]]] = []
         self.unread: list[bool] = []  # its last read stopped before the store's end
         self.held_total = 0
-        self.owners: dict[int, Consumer] = {}  # partition -> the consumer holding it
-        self.orphans: set[int] = set()  # held by a consumer gone, messages still in flight
+        self.holders = PartitionHolders()
         self.readable: list[int] = []
-        self._readable_set: frozenset[int] = frozenset()
-        self._reassign = True
         self._from = ANY
         self._rr = 0
         self.route = route
@@ -150,8 +144,7 @@ class OrderedRuntime(QueueRuntime):
             and gate_open(route, p.partition)
             and self.holds_lease(p.partition)
         ]
-        self._readable_set = frozenset(self.readable)
-        self._reassign = True
+        self.holders.stale = True
         self.exhausted = False
 
     def _grow(self, partitions: int) -> None:
@@ -194,71 +187,30 @@ class OrderedRuntime(QueueRuntime):
         self.exhausted = False
         self._wake()
 
-    def drained(self, partition: int) -> bool:
-        """Whether everything of ``partition`` before its command record is settled here."""
-        closed_at = self.route.partitions[partition].closed_at
-        return closed_at is not None and self.committed_offsets()[partition] >= closed_at
-
     # -- consumers ----------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
         super().add_consumer(consumer)
-        self._reassign = True
+        self.holders.stale = True
 
     def remove_consumer(self, consumer: Consumer) -> None:
         super().remove_consumer(consumer)
-        self._reassign = True
+        self.holders.stale = True
         if self.wake is not None:
             self.wake(self)
 
     def holder(self, partition: int) -> Consumer | None:
-        """The consumer holding ``partition`` now (not one gone since the last turn)."""
-        owner = self.owners.get(partition)
-        return owner if owner is not None and any(c is owner for c in self.consumers) else None
+        """The consumer holding ``partition`` now (gateway/queues/partition_holders.py)."""
+        return self.holders.holder(partition, self.consumers)
 
     def _assign(self) -> None:
-        """Each readable partition to one consumer: a holder gone leaves an orphan until its
-        messages in flight are settled or back; free partitions go to the least busy; a
-        partition moves to balance only with nothing of it in flight."""
-        self._reassign = False
-        consumers = self.consumers
-        live = {id(c) for c in consumers}
-        for p, c in list(self.owners.items()):
-            if id(c) in live and p in self._readable_set:
-                continue
-            del self.owners[p]
-            if id(c) not in live and self.inflight[p]:
-                self.orphans.add(p)
-        for p in list(self.orphans):
-            if not self.inflight[p] or p not in self._readable_set:
-                self.orphans.discard(p)
-        if not consumers:
-            return
-        load = {id(c): 0 for c in consumers}
-        for c in self.owners.values():
-            load[id(c)] += 1
-        for p in self.readable:
-            if p not in self.owners and p not in self.orphans:
-                least = min(consumers, key=lambda c: load[id(c)])
-                self.owners[p] = least
-                load[id(least)] += 1
-        while True:  # balance: at most one apart, moving only idle partitions
-            busiest = max(consumers, key=lambda c: load[id(c)])
-            idlest = min(consumers, key=lambda c: load[id(c)])
-            if load[id(busiest)] - load[id(idlest)] <= 1:
-                return
-            movable = [p for p, c in self.owners.items() if c is busiest and not self.inflight[p]]
-            if not movable:
-                return
-            self.owners[movable[-1]] = idlest
-            load[id(busiest)] -= 1
-            load[id(idlest)] += 1
+        self.holders.assign(self.consumers, self.readable, self.inflight)
 
     # -- publish flow control ---------------------------------------------------------------
 
     def _consuming(self) -> bool:
         """A holder is taking messages or will ack some: its credit comes back."""
-        return any(c.has_credit() or self.inflight[p] for p, c in self.owners.items())
+        return self.holders.consuming(self.inflight)
 
     def congested(self) -> bool:
         """Far behind its holders: publishers wait (idle consumers that hold no partition
@@ -284,7 +236,7 @@ class OrderedRuntime(QueueRuntime):
         best: int | None = None
         best_at = 0
         for p in range(len(self.pending)):
-            if self._from == UNHELD and (p in self.owners or p in self.orphans):
+            if self._from == UNHELD and self.holders.held(p):
                 continue
             head = self._head_of(p)
             if head is not None and (best is None or head.commit_offset < best_at):
@@ -318,18 +270,15 @@ class OrderedRuntime(QueueRuntime):
         """Back before everything later of its partition."""
         heapq.heappush(self.back[partition], (message.queue_offset, message))
         self.held_total += 1
-        if partition in self.orphans and not self.inflight[partition]:
-            self._reassign = True
+        self.holders.settled(partition, self.inflight)
 
     def settle(self, partition: int, message: StoredMessage) -> None:
         super().settle(partition, message)
-        if partition in self.orphans and not self.inflight[partition]:
-            self._reassign = True
+        self.holders.settled(partition, self.inflight)
 
     def reject(self, partition: int, message: StoredMessage) -> None:
         super().reject(partition, message)
-        if partition in self.orphans and not self.inflight[partition]:
-            self._reassign = True
+        self.holders.settled(partition, self.inflight)
 
     def held_count(self) -> int:
         return self.held_total
@@ -450,7 +399,7 @@ class OrderedRuntime(QueueRuntime):
 
     async def _get(self, lane: int = LANE_ALL) -> tuple[int, StoredMessage, bool] | None:
         """basic.get: from a partition no consumer holds (a held one keeps its order)."""
-        if self._reassign or self.orphans:
+        if self.holders.stale or self.holders.orphans:
             self._assign()
         self._from = UNHELD
         try:
@@ -463,11 +412,12 @@ class OrderedRuntime(QueueRuntime):
             self._from = ANY
 
     def _pump(self, quota: int, byte_limit: TokenBucket | None, now: float) -> PumpResult:
-        if self._reassign or self.orphans:
+        if self.holders.stale or self.holders.orphans:
             self._assign()
         delivered = 0
         now_ms = self.clock.wall_ms()
         readable = self.readable
+        owners = self.holders.owners
         n = len(readable)
         waiting = False  # messages held for a consumer without credit
         try:
@@ -477,7 +427,7 @@ class OrderedRuntime(QueueRuntime):
                     p = readable[(self._rr + k) % n]
                     if not (self.back[p] or self.pending[p]):
                         continue
-                    owner = self.owners.get(p)
+                    owner = owners.get(p)
                     if owner is None:  # an orphan: an ack or a requeue wakes the queue
                         waiting = True
                         continue

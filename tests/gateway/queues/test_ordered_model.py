@@ -147,8 +147,8 @@ class World:
         q = self.queue
         raise AssertionError(
             f"the queue never settled: {q.route.in_progress()}, ready {q.ready_count}, held "
-            f"{q.held_total}, readable {q.readable}, owners {sorted(q.owners)}, orphans "
-            f"{q.orphans}, cursors {q.cursors}, committed {q.committed_offsets()}"
+            f"{q.held_total}, readable {q.readable}, owners {sorted(q.holders.owners)}, orphans "
+            f"{q.holders.orphans}, cursors {q.cursors}, committed {q.committed_offsets()}"
         )
 
     def check(self) -> None:

@@ -20,18 +20,21 @@ from gateway.vhost.rescale import RouteKeeper, settled
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef, VHost
 from meta.queue_route import split
-from storage import FlushPolicy, StoreConfig, open_embedded_store
+from storage import EmbeddedStore, FlushPolicy, StoreConfig, open_embedded_store
 from tests.gateway.queues.test_ordered_model import KEYED, World
 from tests.harness.clock import FakeClock
 
 DEFINITION = QueueDef(vhost="/", name="orders", durable=True, arguments=KEYED)
 
 
-async def _open(data: Path) -> tuple[VirtualHost, OrderedRuntime, LocalMetadataStore]:
+async def _open(
+    data: Path, store: EmbeddedStore
+) -> tuple[VirtualHost, OrderedRuntime, LocalMetadataStore]:
+    """The vhost on ``store`` and the metadata file under ``data`` (again: a restart)."""
     meta = LocalMetadataStore(data / "meta")
     if await meta.get_vhost("/") is None:
         await meta.add_vhost(VHost(name="/"))
-    host = VirtualHost("/", meta, store_of[data], PushScheduler(clock=FakeClock()), 1)
+    host = VirtualHost("/", meta, store, PushScheduler(clock=FakeClock()), 1)
     await host.load()
     queue = host.queues.get("orders") or await host.declare_queue(
         host.with_partitions(DEFINITION), False, ""
@@ -40,7 +43,13 @@ async def _open(data: Path) -> tuple[VirtualHost, OrderedRuntime, LocalMetadataS
     return host, queue, meta
 
 
-store_of: dict[Path, object] = {}
+async def _published(data: Path, store: EmbeddedStore, keys: list[str]) -> World:
+    """A first start, and ``keys`` published (one message each, in order)."""
+    host, queue, _meta = await _open(data, store)
+    world = World(host, queue, RouteKeeper(lambda: [(host, queue)]))
+    world.route_batch(keys)
+    await world.append_oldest()
+    return world
 
 
 def _restarted(world: World, host: VirtualHost, queue: OrderedRuntime) -> None:
@@ -60,11 +69,8 @@ def test_a_version_written_without_its_command_record_completes_at_the_next_star
     async def scenario() -> None:
         config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
         async with open_embedded_store(config) as store:
-            store_of[tmp_path] = store
-            host, queue, meta = await _open(tmp_path)
-            world = World(host, queue, RouteKeeper(lambda: [(host, queue)]))
-            world.route_batch([f"k{i % 5}" for i in range(20)])
-            await world.append_oldest()
+            world = await _published(tmp_path, store, [f"k{i % 5}" for i in range(20)])
+            meta, queue = world.host.meta, world.queue
             # The step's first write, then a stop: version 2 says partition 0 is closing.
             route = queue.route
             new = split(route, 0, when="t")
@@ -72,7 +78,7 @@ def test_a_version_written_without_its_command_record_completes_at_the_next_star
             await meta.set_route(new, route)
             await meta.close()
 
-            host, queue, meta = await _open(tmp_path)  # the restart
+            host, queue, meta = await _open(tmp_path, store)  # the restart
             part = queue.route.partitions[0]
             assert (queue.route.version, part.state, part.closed_at) == (2, "draining", 20)
             _restarted(world, host, queue)
@@ -90,18 +96,15 @@ def test_a_command_record_without_its_version_is_inert(tmp_path: Path) -> None:
     async def scenario() -> None:
         config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
         async with open_embedded_store(config) as store:
-            store_of[tmp_path] = store
-            host, queue, meta = await _open(tmp_path)
-            world = World(host, queue, RouteKeeper(lambda: [(host, queue)]))
-            world.route_batch([f"k{i % 3}" for i in range(9)])
-            await world.append_oldest()
+            world = await _published(tmp_path, store, [f"k{i % 3}" for i in range(9)])
+            queue = world.queue
             # The record went in; the route's write failed: version 1 goes on.
             await store.append([command_record(queue.queue_id, 0, 2, 0)])
             world.route_batch([f"k{i % 3}" for i in range(9)])
             await world.append_oldest()
-            await meta.close()
+            await world.host.meta.close()
 
-            host, queue, meta = await _open(tmp_path)
+            host, queue, meta = await _open(tmp_path, store)
             assert queue.route.version == 1 and queue.ready_count == 19  # with the record
             _restarted(world, host, queue)
             await _drain(world)
