@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway.queues import repositioning
 from gateway.queues.behaviour import QueueBehaviour
 from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.consumer import LANE_ALL
@@ -35,7 +34,7 @@ from gateway.queues.rate_limit import TokenBucket
 from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
 from meta.models import QueueDef
 from meta.queue_route import COMMAND_EXCHANGE, QueueRoute, gate_open, logical_of
-from storage import DeliveryProgress, ReadStatus, StoredMessage, StorePort
+from storage import DeliveryProgress, StoredMessage, StorePort
 
 if TYPE_CHECKING:
     from gateway.queues.consumer import QueueConsumer as Consumer
@@ -350,34 +349,18 @@ class OrderedRuntime(QueueRuntime):
             if self.exhausted:
                 return
         self.exhausted = False
-        more = False
-        ends: list[tuple[int, int, int]] = []
-        for p in self.readable:
-            if len(self.pending[p]) >= LOW_WATER:
-                more = more or self.unread[p]
+        low = [p for p in self.readable if len(self.pending[p]) < LOW_WATER]
+        read, ends, more = await self._read_partitions(low)
+        for p, _min, end in ends:
+            self.unread[p] = self.cursors[p] < end
+        more = more or any(self.unread[p] for p in self.readable)
+        for p, message in read:
+            if message.exchange == COMMAND:  # a change's command record: never delivered
+                self.ready_count -= 1
+                self.commit_dirty = True
                 continue
-            start = self.cursors[p]
-            result = await self.store.read(self.queue_id, p, start, FETCH_BATCH)
-            if self.cursors[p] != start:
-                more = True  # moved while the read was out (see QueueRuntime._read_partitions)
-                continue
-            if result.status is ReadStatus.MOVED:
-                repositioning.lost_to_retention(self, result.min_offset - start)
-            self.cursors[p] = result.next_offset
-            self.unread[p] = result.next_offset < result.max_offset
-            more = more or self.unread[p]
-            ends.append((p, result.min_offset, result.max_offset))
-            messages = result.messages
-            if messages and start < self.restart_below[p]:
-                messages = self._without_lost_transients(p, messages)
-            pending = self.pending[p]
-            for message in messages:
-                if message.exchange == COMMAND:  # a change's command record: never delivered
-                    self.ready_count -= 1
-                    self.commit_dirty = True
-                    continue
-                pending.append(message)
-                self.held_total += 1
+            self.pending[p].append(message)
+            self.held_total += 1
         self._filled(ends, more)
 
     def caught_up(self, starts: Mapping[tuple[int, int], int]) -> bool:
