@@ -5,6 +5,7 @@ releases them once consumers have drained."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pika
@@ -129,8 +130,11 @@ def test_with_the_collector_a_stuck_message_no_longer_pins_the_log(tmp_path: Pat
             assert drain(ch, "busy", 10_000) == list(range(10_000))
             # The collector copies the stuck message forward; reclaim frees what it pinned. (Two
             # segments, the pinned one and the active one, are also what draining leaves before
-            # the collector has run: wait for its line first.)
-            check_for(20, lambda: "garbage collector: moved 1 live record(s)" in gateway.log())
+            # the collector has run: wait for its line first.) On a loaded machine it may first
+            # run mid-drain, when the consumer paused, and move busy's records along with the
+            # stuck one: any number moved counts; the bytes below are the proof.
+            moved = re.compile(r"garbage collector: moved \d+ live record\(s\)")
+            check_for(20, lambda: moved.search(gateway.log()))
             check_for(20, lambda: commitlog_bytes(data) <= 2 * SEGMENT)
             held = gateway.admin("GET", "/api/queues/%2F/stuck")[1]["mqgw"]
             assert held["commitlog_bytes_held"] <= 2 * SEGMENT
