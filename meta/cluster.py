@@ -11,7 +11,7 @@ clock (TIME), so skewed machine clocks cannot make a live gateway look dead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,6 +91,11 @@ class ClusterRegistry(Protocol):
         queue is deleted."""
 
     async def queue_placement(self, vhost: str, name: str) -> list[str] | None: ...
+
+    async def extend_placement(self, vhost: str, name: str, groups: Sequence[str]) -> list[str]:
+        """A queue that grew (a keyed-order queue's split or move): ``groups`` is the group of
+        every partition; those past the placed ones are added, the placed ones never change.
+        The placement after it (the first writer's, when two race)."""
 
 
 def spread_partitions(partitions: int, groups: Iterable[str], load: Mapping[str, int]) -> list[str]:

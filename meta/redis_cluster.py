@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from meta import request_lists
@@ -305,6 +305,24 @@ class RedisClusterRegistry(RedisStoreBase):
                 view.tx.write("HINCRBY", self._keys.placement_load, group, 1)
             view.tx.publish([Change("placement.set", vhost, name, {"partitions": chosen})])
             return chosen
+
+        return await self._transact(body)
+
+    async def extend_placement(self, vhost: str, name: str, groups: Sequence[str]) -> list[str]:
+        wanted = list(groups)
+
+        async def body(view: TopologyView) -> list[str]:
+            if await view.queue(vhost, name) is None:
+                raise queue_not_found(vhost, name)
+            placed = await view.route(vhost, name) or []
+            if len(placed) >= len(wanted):
+                return placed
+            grown = placed + wanted[len(placed) :]
+            view.tx.write("SET", self._keys.route(vhost, name), json.dumps(grown))
+            for group in wanted[len(placed) :]:
+                view.tx.write("HINCRBY", self._keys.placement_load, group, 1)
+            view.tx.publish([Change("placement.set", vhost, name, {"partitions": grown})])
+            return grown
 
         return await self._transact(body)
 

@@ -16,8 +16,9 @@ Per connection three tasks, whatever the number of requests in flight:
 A READ with ``wait_ms`` that finds nothing new is held in a task of its own (many per
 connection are fine, none holds the reader) until an append reaches its partition, its queue
 is deleted or purged, the wait runs out, or the connection goes (storage/broker_limits.py:
-ReadWaits). An APPEND carrying length limits has its over-limit destinations refused first
-(byte limits counted from running sums of body sizes: broker_limits.ReadyBytes).
+ReadWaits). An APPEND has its destinations in closed partitions refused first
+(storage/closed_partitions.py), then, when it carries length limits, those that would pass
+one (byte limits counted from running sums of body sizes: broker_limits.ReadyBytes).
 A protocol error closes that connection only (logged with the peer's address); a broker
 stop closes the listener, stops reading, answers what is in flight (bounded), closes the
 connections, then the store (flush, checkpoint, offsets) on the way out.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Set
 from typing import Any, cast
 
 import anyio
@@ -35,10 +36,12 @@ from anyio.abc import SocketAttribute, SocketListener, SocketStream
 from anyio.streams.stapled import MultiListener
 
 from storage.broker_limits import ReadWaits, ReadyBytes, refuse_over_limits
+from storage.closed_partitions import merge_refusals, refuse_closed
 from storage.config import StoreConfig
-from storage.embedded import open_embedded_store
+from storage.embedded import EmbeddedStore, open_embedded_store
 from storage.errors import StoreError
 from storage.port import StorePort
+from storage.record import Destination
 from storage.remote_store import enable_keepalive
 from storage.replicated_store import ReplicatedStore
 from storage.results import AppendResult, DeliveryProgress, ReadStatus
@@ -113,6 +116,16 @@ def ready_bytes_of(store: StorePort, replicated: ReplicatedStore | None) -> Read
     return ReadyBytes(replicated.inner, lambda: replicated.role_epoch)
 
 
+def closed_of(store: StorePort, replicated: ReplicatedStore | None) -> Set[Destination]:
+    """The closed partitions of the log under ``store``: the live set, changed in place."""
+    under = store if replicated is None else replicated
+    if isinstance(under, ReplicatedStore):
+        return under.inner.log.closed
+    if isinstance(under, EmbeddedStore):
+        return under.log.closed
+    return frozenset()
+
+
 def _peer(stream: SocketStream) -> str:
     address = stream.extra(SocketAttribute.remote_address, None)
     if isinstance(address, tuple):
@@ -138,6 +151,7 @@ class BrokerConnection:
         self.waits = ReadWaits() if waits is None else waits  # the broker's, shared
         # The broker's, shared: body bytes of byte-limited queues, kept across appends.
         self.ready_bytes = ready_bytes_of(store, replicated) if ready_bytes is None else ready_bytes
+        self.closed = closed_of(store, replicated)
         self._tasks: anyio.abc.TaskGroup | None = None
         self.stream = stream
         self.broker_name = broker_name
@@ -257,17 +271,21 @@ class BrokerConnection:
             self._answer(encode_error(request_id, error))
 
     async def _append(self, request: Append) -> AppendResult:
-        records, refused = request.records, None
         known = self.replicated.known_batch(request.batch_id) if self.replicated else None
         if known is not None:
             # A re-send of a stored batch: answered as the first time. Counting the limits
             # again would count the batch against itself and could nack what was stored.
             return known
+        # Closed partitions first, so that what they refuse takes no room under a limit. No
+        # closure can land before the append: the limits' awaits do not yield (their doc).
+        records, refused = refuse_closed(request.records, self.closed)
         if request.limits or request.byte_limits:
-            kept, refused = await refuse_over_limits(
+            kept, over = await refuse_over_limits(
                 self.store, records, request.limits, request.byte_limits, self.ready_bytes
             )
-            records = kept if refused else records
+            if over:
+                refused = merge_refusals(request.records, refused, over)
+                records = kept
         if self.replicated is not None:
             result = await self.replicated.append(
                 records, wait_durable=False, batch_id=request.batch_id, refused=refused

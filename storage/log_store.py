@@ -155,6 +155,9 @@ class LogStore:
         self.offsets = ConsumerOffsets(fs, root / "offsets.json", self.deferred)
         self.checkpoint_path = root / "checkpoint.json"
         self.cqs: dict[tuple[int, int], ConsumeQueue] = {}
+        # (queue, partition) a record flagged CLOSES reached: the registry's ``closed`` lists,
+        # kept in step with them (mark_closed). The broker refuses appends to these.
+        self.closed: set[tuple[int, int]] = set()
         self.durable_offset = 0
         self.checkpointed_offset = 0  # the dispatched offset of the last checkpoint written
         # Appends of transient messages may hold index entries in memory (ConsumeQueue.
@@ -311,6 +314,7 @@ class LogStore:
     def _open_queue(self, info: QueueInfo) -> None:
         for partition in range(info.partitions):
             self.cqs[(info.queue_id, partition)] = self._open_partition(info.queue_id, partition)
+        self.closed.update((info.queue_id, p) for p in info.closed if p < info.partitions)
 
     def _new_partition(self, queue_id: int, partition: int) -> ConsumeQueue:
         """A partition being created, its first index file prepared."""
@@ -363,10 +367,22 @@ class LogStore:
         self.registry.dirty = True  # a queue resurrected by a crash is dropped as unknown
         for partition in range(info.partitions):
             self.cqs.pop((queue_id, partition)).delete()
+            self.closed.discard((queue_id, partition))  # in place: the broker holds the set
         self.offsets.drop_queue(queue_id)
 
     def queues(self) -> dict[int, int]:
         return {q: info.partitions for q, info in self.registry.queues.items()}
+
+    def mark_closed(self, key: tuple[int, int]) -> None:
+        """A record flagged CLOSES reached ``key`` (an append, or recovery and a replica
+        re-dispatching it: idempotent). Saved with the registry before the next append or by
+        the next checkpoint; until then a recovery closes it again from the record."""
+        if key in self.closed or key not in self.cqs:
+            return
+        self.closed.add(key)
+        info = self.registry.queues[key[0]]
+        info.closed = sorted({*info.closed, key[1]})
+        self.registry.dirty = True
 
     def _cq(self, queue_id: int, partition: int) -> ConsumeQueue:
         cq = self.cqs.get((queue_id, partition))
@@ -404,6 +420,10 @@ class LogStore:
                 cq.roll_back(max_offset, last_commit)
             self.commit_log.truncate_from(start)
             raise StoreWriteError(f"consume queue write failed: {exc}", exc.errno) from exc
+        for run in runs:  # closed only once the whole batch is in (usually one run)
+            if run.closes:
+                for destination in run.destinations:
+                    self.mark_closed(destination)
         return AppendResult(
             first, self.commit_log.write_offset, len(records), tuple(offsets), starts, store_ts
         )
@@ -416,7 +436,7 @@ class LogStore:
         defer: bool,
     ) -> None:
         cqs = self.cqs
-        for destinations, entries in runs:
+        for destinations, entries, _ in runs:
             last_commit = CQ_ENTRY.unpack_from(entries, len(entries) - CQ_ENTRY_SIZE)[0]
             for destination in destinations:
                 cq = cqs.get(destination)

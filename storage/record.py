@@ -57,6 +57,7 @@ Destination = tuple[int, int]  # (queue id, partition)
 PERSISTENT = 1
 EXPIRES = 2  # the message carries an AMQP expiration property (queues check it at the head)
 REDELIVERED = 4  # re-entered its queue after a redelivery backoff
+CLOSES = 8  # closes its destination partitions: a broker refuses what names them after it
 
 
 class Record(NamedTuple):
@@ -86,10 +87,12 @@ class StoredMessage(NamedTuple):
 
 
 class DispatchRun(NamedTuple):
-    """Consume-queue entries (packed) for consecutive records that share destinations."""
+    """Consume-queue entries (packed) for consecutive records that share destinations;
+    ``closes`` when one of them is flagged CLOSES (found while encoding: no second scan)."""
 
     destinations: tuple[Destination, ...]
     entries: bytearray
+    closes: bool = False
 
 
 class EncodedChunk(NamedTuple):
@@ -155,6 +158,7 @@ def encode_chunk(
     tail_pack = TAIL.pack
     head_pack = HEAD.pack
     entry_pack = CQ_ENTRY.pack
+    closes = CLOSES
     run = runs[-1] if runs else None
     prev_dests: tuple[Destination, ...] | None = None
     dest_bytes = b""
@@ -202,8 +206,12 @@ def encode_chunk(
             for part in (tail, dest_bytes, exchange, routing_key, properties, body):
                 buf += part
         if dests:
-            if run is None or (run.destinations is not dests and run.destinations != dests):
-                run = DispatchRun(dests, bytearray())
+            if (
+                run is None
+                or (run.destinations is not dests and run.destinations != dests)
+                or (flags & closes and not run.closes)
+            ):
+                run = DispatchRun(dests, bytearray(), bool(flags & closes))
                 runs.append(run)
             run.entries.extend(entry_pack(offset, size, store_ts_ms))
         if offsets is not None:

@@ -9,7 +9,7 @@ Where validation stops we decide between two cases:
 Then consume-queue entries pointing past the end are dropped, and entries missing after the
 checkpoint are re-dispatched from the records' destination lists (idempotent: an entry is only
 added when its record lies beyond the queue's last entry, and not before its partition was added:
-QueueInfo.added_at).
+QueueInfo.added_at). A record flagged CLOSES closes its partitions again (LogStore.mark_closed).
 
 Nothing here needs free space to succeed. Cutting a torn tail and dropping index entries only
 shrink files (and the cut is fsynced with the tail segment, whatever happens to the checkpoint).
@@ -32,6 +32,7 @@ from storage.errors import CorruptionError
 from storage.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
+    CLOSES,
     COPY_MAGIC,
     CQ_ENTRY,
     CQ_ENTRY_SIZE,
@@ -220,11 +221,15 @@ def _redispatch(store: LogStore, start: int) -> int:
         fields = HEADER.unpack_from(buf, pos)
         if fields[1] == COPY_MAGIC:
             return  # a relocated record: its entries already exist (see storage/collector.py)
-        store_ts, dest_count = fields[5], fields[7]
+        store_ts, dest_count, closes = fields[5], fields[7], fields[6] & CLOSES
         for i in range(dest_count):
             queue_id, partition, _ = DEST.unpack_from(buf, pos + HEADER_SIZE + i * DEST_SIZE)
             key = (queue_id, partition)
-            if key not in last_seen or commit < added[key] or commit <= last_seen[key]:
+            if key not in last_seen or commit < added[key]:
+                continue
+            if closes:  # even when indexed already: the registry saying so may not be saved
+                store.mark_closed(key)
+            if commit <= last_seen[key]:
                 continue
             pending.setdefault(key, bytearray()).extend(CQ_ENTRY.pack(commit, size, store_ts))
             last_seen[key] = commit

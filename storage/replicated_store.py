@@ -254,8 +254,8 @@ class ReplicatedStore:
         batch_id: int = 0,
         refused: Sequence[tuple[int, int, int]] | None = None,
     ) -> AppendResult:
-        """``refused``: what the broker took out of the batch for length limits, remembered
-        with the batch id so that a re-send is refused the same way."""
+        """``refused``: what the broker took out of the batch (closed partitions, length
+        limits), remembered with the batch id so that a re-send is refused the same way."""
         self._master_only("append")
         known = self.known_batch(batch_id)
         if known is not None:

@@ -21,8 +21,10 @@ class AppendResult(NamedTuple):
     record_offsets: tuple[int, ...] = ()
     queue_starts: Mapping[tuple[int, int], int] | None = None
     store_ts_ms: int = 0
-    # Destinations the broker refused for a length limit carried by the append (cluster
-    # mode, x-overflow reject-publish): (record index, queue id, partition). When not empty,
+    # Destinations the broker refused (cluster mode): in a partition a CLOSES record closed
+    # (a keyed-order queue's rescale: the gateway routes them again), or for a length limit
+    # carried by the append (x-overflow reject-publish): (record index, queue id,
+    # partition). When not empty,
     # record_offsets and queue_starts are left out (the records kept moved up).
     refused: tuple[tuple[int, int, int], ...] = ()
 

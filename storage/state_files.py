@@ -88,6 +88,8 @@ class QueueInfo:
     # create_queue grew the queue). A record stored earlier naming it (routed to a partition
     # that did not exist yet: indexed nowhere then) must not appear in it on re-dispatch.
     added_at: list[int] = field(default_factory=list)
+    # Partitions a record flagged CLOSES reached (sorted): the broker refuses appends to them.
+    closed: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.floors = self.floors or [0] * self.partitions
@@ -104,12 +106,14 @@ class QueueInfo:
         self.partitions = partitions
 
     def document(self) -> dict[str, Any]:
-        """As the registry file holds it. ``added_at`` only once the queue has grown: the
-        entry of a queue that never grew stays readable by brokers (and replicas) of versions
-        without growth."""
+        """As the registry file holds it. ``added_at`` only once the queue has grown, and
+        ``closed`` only once a partition is closed: the entry of a queue that did neither
+        stays readable by brokers (and replicas) of versions without them."""
         document = asdict(self)
         if all(at == self.created_at for at in self.added_at):
             del document["added_at"]
+        if not self.closed:
+            del document["closed"]
         return document
 
 

@@ -27,9 +27,10 @@ from gateway.sessions.channel_state import Consumer
 from gateway.vhost.rescale import Step, apply_step, settled
 from meta.errors import RouteConflict
 from meta.models import User
-from meta.queue_route import RouteRefused
+from meta.queue_route import RouteRefused, gate_open
 
 if TYPE_CHECKING:
+    from gateway.cluster.placement import QueuePlacement
     from gateway.node import Node
     from gateway.vhost import VirtualHost
 
@@ -76,20 +77,28 @@ def parse_step(body: Any) -> Step | int:
     return Step("move", partition, group=group)
 
 
-def route_json(node: Node, queue: OrderedRuntime) -> dict[str, Any]:
+def route_json(
+    node: Node, queue: OrderedRuntime, placement: QueuePlacement | None = None
+) -> dict[str, Any]:
     """The route with its history, each partition's state and holder, and the consumers."""
     route = queue.route
     committed = queue.committed_offsets()
     ranges = {r.partition: [r.start, r.end] for r in route.ranges}
+    placed = placement(queue.queue_id) if placement is not None else None
     partitions = []
     for part in route.partitions:
         p = part.partition
         holder = cast(Consumer | None, queue.holder(p))
         held = len(queue.pending[p]) + len(queue.back[p])
+        group = {"group": placed[p]} if placed and p < len(placed) else {}
         partitions.append({
             **part.model_dump(mode="json"),
+            **group,
             "range": ranges.get(p),
-            "gate": "open" if p in queue.readable or part.state == "removed" else "waiting",
+            "gate": "open" if gate_open(route, p) or part.state == "removed" else "waiting",
+            # A cluster: whether this gateway delivers it (holds its lease); holder,
+            # consumers and offsets below are this gateway's view.
+            "delivered_here": queue.holds_lease(p),
             "consumer": None if holder is None else _consumer(holder),
             "orphaned": p in queue.holders.orphans,
             "held": held,
@@ -127,6 +136,18 @@ def _consumer(consumer: Consumer) -> dict[str, Any]:
     }
 
 
+def known_group(host: VirtualHost, group: str) -> None:
+    """A move's target: a broker group of the cluster that is up (400 otherwise)."""
+    placement = host.placement
+    if placement is None:
+        raise HTTPException(400, f"no broker group '{group}' on the embedded node: "
+                            "a move goes to a fresh partition (leave \"to\" out)")  # fmt: skip
+    up = [g for g in placement.live() if g in placement.groups]
+    if group not in up:
+        raise HTTPException(400, f"no broker group '{group}' up in the cluster (up: "
+                            f"{', '.join(up)})")  # fmt: skip
+
+
 def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     policymaker = Depends(requires(POLICYMAKER, node))
@@ -158,14 +179,8 @@ def routes(node: Node) -> APIRouter:
         timeout = body.get("timeout", 60)
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             raise HTTPException(400, '"timeout" must be a positive number of seconds')
-        if node.clustered:
-            raise HTTPException(
-                501, "rescaling a keyed-order queue on a cluster of gateways is not built "
-                "yet (docs/ordering.md); it rescales on the embedded node"
-            )  # fmt: skip
         if isinstance(asked, Step) and asked.kind == "move" and asked.group:
-            raise HTTPException(400, f"no broker group '{asked.group}' on the embedded node: "
-                                "a move goes to a fresh partition (leave \"to\" out)")  # fmt: skip
+            known_group(host, asked.group)
         try:
             if isinstance(asked, int):
                 await node.routes.aim(host, queue, asked)
@@ -184,11 +199,11 @@ def routes(node: Node) -> APIRouter:
             complete = settled(queue, node.routes)
         if not complete and (isinstance(asked, int) or wait):
             response.status_code = 202
-        return {"complete": complete, "route": route_json(node, queue)}
+        return {"complete": complete, "route": route_json(node, queue, host.placement)}
 
     @router.get("/api/queues/{vhost}/{name}/route", summary="A keyed-order queue's route")
     async def route(vhost: str, name: str, user: User = management) -> dict[str, Any]:
-        _host, queue = keyed_queue(vhost, name, user)
-        return route_json(node, queue)
+        host, queue = keyed_queue(vhost, name, user)
+        return route_json(node, queue, host.placement)
 
     return router

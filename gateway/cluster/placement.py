@@ -88,9 +88,32 @@ class QueuePlacement:
         if queue_id is None or not isinstance(route, list):
             return  # not attached here: placed (read from Redis) when it is
         known = self._by_id.get(queue_id)
-        if known is not None and len(known) != len(route):
+        placed = [str(group) for group in route]
+        if known is not None and placed[: len(known)] != known:
             return  # another incarnation of the name (deleted and declared again)
-        self._by_id[queue_id] = [str(group) for group in route]
+        if known is None or len(placed) > len(known):  # placed, or grew (a rescale)
+            self._by_id[queue_id] = placed
+
+    async def extend(self, definition: QueueDef, groups: Sequence[str]) -> list[str]:
+        """A keyed-order queue grows: ``groups`` for every partition (the placed ones kept);
+        the placement as the metadata store holds it after (the first writer's)."""
+        placed = await self.meta.extend_placement(definition.vhost, definition.name, groups)
+        await self._grown(definition, placed)
+        return placed
+
+    async def refresh(self, definition: QueueDef) -> None:
+        """Read the queue's placement again: it grew on another gateway."""
+        placed = await self.meta.queue_placement(definition.vhost, definition.name)
+        if placed is not None:
+            await self._grown(definition, placed)
+
+    async def _grown(self, definition: QueueDef, placed: list[str]) -> None:
+        unknown = sorted(set(placed) - set(self.groups))
+        if unknown and self.discover is not None:  # a group added since this gateway started
+            await self.discover(unknown)
+        known = self._by_id.get(definition.queue_id)
+        if known is None or len(placed) > len(known):
+            self._by_id[definition.queue_id] = placed
 
     def forget(self, definition: QueueDef) -> None:
         """The queue was deleted (its store data first, while its placement was known)."""

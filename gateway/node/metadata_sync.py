@@ -13,7 +13,9 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from gateway.queues.ordered import OrderedRuntime
 from gateway.sessions import taps
+from gateway.vhost import keyed_routes
 from meta.change_feed import Change
 from meta.models import (
     BindingDef,
@@ -115,6 +117,10 @@ async def apply_change(node: Node, change: Change) -> None:
     elif kind == "binding.removed":
         assert isinstance(entity, BindingDef)
         await vhost.forget(Deletions(bindings=(entity,)))
+    elif kind == "route.set":  # a keyed-order queue rescaled: publishers and readers follow
+        runtime = vhost.queues.get(change.name)
+        if isinstance(runtime, OrderedRuntime) and runtime.queue_id in vhost.keyed:
+            await keyed_routes.follow(vhost, runtime)
 
 
 async def reload(node: Node) -> None:
@@ -152,6 +158,8 @@ async def _reload_vhost(node: Node, vhost: VirtualHost) -> None:
     await vhost.rebuild_router()
     for definition in queues.values():
         await vhost.adopt_queue(definition)
+    for runtime in list(vhost.keyed.values()):  # routes changed during the gap
+        await keyed_routes.follow(vhost, runtime)
     await vhost.apply_policies()
     await taps.restore_firehose(node, vhost)
     log.info("vhost %r reloaded from the metadata store", vhost.name)

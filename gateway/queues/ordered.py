@@ -111,6 +111,8 @@ class OrderedRuntime(QueueRuntime):
 
     def wants_partition(self, partition: int) -> bool:
         """Cluster: worth holding while it may still deliver and a consumer is here."""
+        if partition >= len(self.route.partitions):
+            return False  # the store grew; the route that says so is not here yet
         part = self.route.partitions[partition]
         return bool(self.consumers) and part.state != "removed" and gate_open(self.route, partition)
 

@@ -88,7 +88,7 @@ async def reset_to_time(queue: QueueRuntime, ts_ms: int) -> list[tuple[int, int]
     queue.cursors = [to for _, to in moves]
     stats = await queue.store.queue_stats(queue.queue_id)
     queue.ready_count = sum(
-        max(0, s.max_offset - queue.cursors[s.partition]) for s in stats.partitions
+        max(0, s.max_offset - queue.cursors[s.partition]) for s in queue.known(stats.partitions)
     )
     queue.exhausted = False
     queue.commit_dirty = True
@@ -106,7 +106,7 @@ async def purge(queue: QueueRuntime) -> int:
         count = purged
     queue.clear_held()
     stats = await queue.store.queue_stats(queue.queue_id)
-    queue.cursors = [s.max_offset for s in stats.partitions]
+    queue.cursors = [s.max_offset for s in queue.known(stats.partitions)]
     queue.ready_count = queue.ready_bytes = 0
     queue.dropped += count
     queue.commit_dirty = True

@@ -29,7 +29,7 @@ import heapq
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -182,7 +182,7 @@ class QueueRuntime:
             self.maybe_delivered[p] = marks.get(p, 0)
             self.restart_below[p] = restarted.get(p, 0)
         stats = await self.store.queue_stats(self.queue_id)
-        for s in stats.partitions:
+        for s in self.known(stats.partitions):
             self.cursors[s.partition] = max(self.cursors[s.partition], s.min_offset)
             ready += max(0, s.max_offset - self.cursors[s.partition])
         self.ready_count = ready
@@ -516,7 +516,14 @@ class QueueRuntime:
     async def ready_in_store(self) -> int:
         """``_ready_at`` against the store's current ends (a store call)."""
         stats = await self.store.queue_stats(self.queue_id)
-        return self._ready_at((s.partition, s.min_offset, s.max_offset) for s in stats.partitions)
+        return self._ready_at(
+            (s.partition, s.min_offset, s.max_offset) for s in self.known(stats.partitions)
+        )
+
+    def known(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]:
+        """The store's partitions this runtime knows: on a cluster a keyed-order queue's
+        store queue grows (a rescale on another gateway) before its route reaches here."""
+        return parts if len(parts) <= self.partitions else parts[: self.partitions]
 
     def caught_up(self, starts: Mapping[tuple[int, int], int]) -> bool:
         """Whether messages appended at ``starts`` are the very next ones to read here, and
@@ -821,7 +828,10 @@ class QueueRuntime:
         self.cursors[partition] = max(committed, part.min_offset)
         self.maybe_delivered[partition] = _delivered_before(part, handed)
         self.ready_count = (
-            sum(max(0, s.max_offset - self.cursors[s.partition]) for s in stats.partitions)
+            sum(
+                max(0, s.max_offset - self.cursors[s.partition])
+                for s in self.known(stats.partitions)
+            )
             + self.held_count()
         )
         self.exhausted = False

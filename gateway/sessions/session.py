@@ -403,7 +403,7 @@ class Session:
             try:
                 started = time.perf_counter()
                 records = self.vhost.for_append(records, route_epoch)
-                result = await self.node.store.append(records, wait_durable=False)
+                result = await self.vhost.append_routed(records, wait_durable=False)
                 counts.append_latency.observe(time.perf_counter() - started)
                 counts.appended_records += len(records)
                 end_offset = result.end_offset

@@ -329,7 +329,7 @@ class VirtualHost:
             return
         if self.keyed:  # routed maybe long before (tx.commit): the newest route
             records = self.reroute(records)
-        result = await self.store.append(records, wait_durable=wait_durable)
+        result = await self.append_routed(records, wait_durable)
         woken: set[QueueRuntime] = set()
         for record in records:
             for queue_id, _ in record.destinations:
@@ -338,6 +338,13 @@ class VirtualHost:
                     queue.count_in(len(record.body), record.flags)
                     woken.add(queue)
         await self.stored(woken, records, result)
+
+    async def append_routed(self, records: list[Record], wait_durable: bool) -> AppendResult:
+        """The store's append; with keyed-order queues, what a change made on another
+        gateway closed meanwhile goes to its new partition (keyed_routes)."""
+        if not self.keyed:
+            return await self.store.append(records, wait_durable=wait_durable)
+        return await keyed_routes.append_refusing_closed(self, records, wait_durable)
 
     def reroute(self, records: list[Record]) -> list[Record]:
         """``records`` with their keyed-order queues' partitions from the newest route."""

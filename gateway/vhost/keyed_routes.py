@@ -28,8 +28,8 @@ from meta.queue_route import (
     closed,
     initial_route,
 )
-from storage import Record
-from storage.record import PERSISTENT
+from storage import AppendResult, Record
+from storage.record import CLOSES, PERSISTENT
 
 if TYPE_CHECKING:
     from gateway.queues.ordered import OrderedRuntime
@@ -78,10 +78,11 @@ async def route_of(
 
 
 def command_record(queue_id: int, partition: int, version: int, wall_ms: int) -> Record:
-    """What closes ``partition``: never delivered (its exchange no AMQP name can have)."""
+    """What closes ``partition``: never delivered (its exchange no AMQP name can have); a
+    broker refuses appends to the partition after it (CLOSES)."""
     body = json.dumps({"closed_in": version, "partition": partition}).encode()
     return Record(COMMAND_EXCHANGE.encode(), b"", EMPTY_PROPERTIES, body,
-                  ((queue_id, partition),), wall_ms, PERSISTENT)  # fmt: skip
+                  ((queue_id, partition),), wall_ms, PERSISTENT | CLOSES)  # fmt: skip
 
 
 async def append_commands(
@@ -117,7 +118,11 @@ async def close(
     updated = route
     for partition, offset in offsets.items():
         updated = closed(updated, partition, offset)
-    await host.meta.set_route(updated, route)
+    try:
+        await host.meta.set_route(updated, route)
+    except RouteConflict:  # another gateway closed them first (the same offsets: see above)
+        await follow(host, queue)
+        return queue.route
     queue.set_route(updated)
     for partition in offsets:
         queue.command_appended(partition)
@@ -125,10 +130,13 @@ async def close(
 
 
 async def finish_closing(host: VirtualHost, queue: OrderedRuntime) -> None:
-    """At attach: a change that wrote its version but not its command records (the gateway
-    stopped in between) completes now. Nothing reached those partitions since: publishers
-    used the new version from the moment it was written. A command record appended before
-    the stop and not recorded in the route stays in the log, inert (readers skip them all)."""
+    """At attach (and on a cluster, by the keeper of a gateway that sees a change left so):
+    a change that wrote its version but not its command records (the gateway stopped in
+    between) completes now. Nothing reached those partitions since: publishers used the new
+    version from the moment it was written (on a cluster the broker refuses appends after a
+    command record, so a second one appended is refused, and the partition's last offset is
+    the first's). A command record appended before the stop and not recorded in the route
+    stays in the log, inert (readers skip them all)."""
     closing = [p.partition for p in queue.route.partitions if p.state == "closing"]
     if closing:
         await close(host, queue, queue.route, closing)
@@ -155,3 +163,59 @@ def reroute(keyed: Mapping[int, OrderedRuntime], records: Sequence[Record]) -> l
             )
         out.append(record._replace(destinations=tuple(destinations)))
     return out
+
+
+# -- a cluster: changes made on other gateways ---------------------------------------------
+
+REROUTES = 3  # a batch refused more often than this (changes in quick succession): nacked
+
+
+async def follow(host: VirtualHost, queue: OrderedRuntime) -> bool:
+    """The route changed in the metadata store (on the feed, or a refused append says so):
+    this gateway follows its newest version. True if it changed here."""
+    stored = await host.meta.get_route(host.name, queue.name)
+    if stored is None or stored.queue_id != queue.queue_id or stored == queue.route:
+        return False
+    grew = len(stored.partitions) > queue.partitions
+    if grew and host.placement is not None:
+        await host.placement.refresh(queue.definition)  # the groups of the new partitions
+    queue.set_route(stored)
+    host.route_epoch += 1
+    if grew:  # publishers elsewhere may have written there already
+        queue.ready_count = await queue.ready_in_store()
+    return True
+
+
+async def append_refusing_closed(
+    host: VirtualHost, records: Sequence[Record], wait_durable: bool
+) -> AppendResult:
+    """Append; a destination the broker refused because a change on another gateway closed
+    its partition goes, routed by the newest version, into a new append (the record whole:
+    its key's partition changed, nothing of it was stored there). The answer's ``refused``
+    keeps only what stays refused (a length limit), with indexes in ``records``."""
+    result = await host.store.append(records, wait_durable=wait_durable)
+    pending = list(result.refused)
+    if not pending or not host.keyed:
+        return result
+    for _ in range(REROUTES):
+        touched = {host.keyed[q] for _, q, _ in pending if q in host.keyed}
+        for queue in touched:
+            await follow(host, queue)
+        closed, kept = [], []
+        for index, queue_id, partition in pending:
+            keyed = host.keyed.get(queue_id)
+            if keyed is not None and keyed.route.partitions[partition].state != "open":
+                closed.append((index, queue_id, partition))
+            else:
+                kept.append((index, queue_id, partition))
+        if not closed:
+            break
+        indexes = sorted({index for index, _, _ in closed})
+        again = reroute(host.keyed, [
+            records[i]._replace(destinations=tuple((q, p) for j, q, p in closed if j == i))
+            for i in indexes
+        ])  # fmt: skip
+        retried = await host.store.append(again, wait_durable=wait_durable)
+        result = result._replace(end_offset=retried.end_offset, queue_starts=None)
+        pending = kept + [(indexes[i], q, p) for i, q, p in retried.refused]
+    return result._replace(refused=tuple(sorted(pending)), record_offsets=())

@@ -17,6 +17,7 @@ A stop between 1 and 3 is completed at the next start (keyed_routes.finish_closi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ import anyio
 from gateway.queues.ordered import OrderedRuntime
 from gateway.vhost import keyed_routes
 from gateway.vhost.host import VirtualHost
-from meta.errors import MetaError
+from meta.errors import MetaError, RouteConflict
 from meta.queue_route import (
     QueueRoute,
     RouteRefused,
@@ -39,6 +40,7 @@ from storage import QUEUE_GROUP, StoreError
 
 log = logging.getLogger("mqgw.rescale")
 KEEP_EVERY_S = 0.05  # how often a change in progress is looked at
+CLOSING_GRACE_S = 2.0  # a change left closing this long by its gateway is closed by another
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ async def apply_step(host: VirtualHost, queue: OrderedRuntime, step: Step) -> Qu
     """Steps 1-3 above; the new route, its closed partitions draining."""
     route = queue.route
     wall_ms = host.scheduler.clock.wall_ms()
-    new = plan(route, step, keyed_routes.iso_now(wall_ms))
+    new = plan(_on_groups(host, queue, route), step, keyed_routes.iso_now(wall_ms))
+    new = await _place(host, queue, new)
     await host.store.create_queue(queue.queue_id, len(new.partitions))
     await host.meta.set_route(new, route)  # RouteConflict: changed meanwhile
     closing = [p.partition for p in new.partitions if p.state == "closing"]
@@ -77,6 +80,38 @@ async def apply_step(host: VirtualHost, queue: OrderedRuntime, step: Step) -> Qu
              queue.name, host.name, updated.version, updated.versions[-1].change,
              ", ".join(map(str, closing)))  # fmt: skip
     return updated
+
+
+def _on_groups(host: VirtualHost, queue: OrderedRuntime, route: QueueRoute) -> QueueRoute:
+    """A cluster: the route's partitions with the broker groups the placement holds them on
+    (a split keeps its group, a merge takes the lower's); the embedded node: as it is."""
+    placement = host.placement
+    groups = placement(queue.queue_id) if placement is not None else None
+    if not groups:
+        return route
+    parts = tuple(
+        p.model_copy(update={"group": groups[p.partition]}) if p.partition < len(groups) else p
+        for p in route.partitions
+    )
+    return route.model_copy(update={"partitions": parts})
+
+
+async def _place(host: VirtualHost, queue: OrderedRuntime, new: QueueRoute) -> QueueRoute:
+    """A cluster: the new partitions placed on their groups before the store queue grows
+    there. Two gateways racing: the first placement stands, and the route follows it (the
+    loser's version is refused by the compare-and-set anyway)."""
+    placement = host.placement
+    if placement is None:
+        return new
+    definition = queue.definition
+    groups = [p.group or placement.groups[0] for p in new.partitions]
+    placed = await placement.extend(definition, groups)
+    parts = tuple(
+        p.model_copy(update={"group": placed[p.partition]})
+        if p.partition < len(placed) and p.group != placed[p.partition] else p
+        for p in new.partitions
+    )  # fmt: skip
+    return new.model_copy(update={"partitions": parts})
 
 
 async def advance(host: VirtualHost, queue: OrderedRuntime) -> bool:
@@ -96,7 +131,11 @@ async def advance(host: VirtualHost, queue: OrderedRuntime) -> bool:
         if committed >= part.closed_at:  # all before the record settled (it is inert)
             updated = removed(updated, part.partition)
     if updated is not route:
-        await host.meta.set_route(updated, route)
+        try:
+            await host.meta.set_route(updated, route)
+        except RouteConflict:  # another gateway's keeper removed them first
+            await keyed_routes.follow(host, queue)
+            return queue.route.in_progress() is not None
         queue.set_route(updated)
         if updated.in_progress() is None:
             log.info("queue %r in vhost %r: route version %d complete", queue.name, host.name,
@@ -108,9 +147,18 @@ class RouteKeeper:
     """Drives the changes in progress on this gateway to completion, and queues towards the
     partition counts asked for (``mqgw queue rescale --partitions N``), a step at a time."""
 
-    def __init__(self, queues: Callable[[], Iterable[tuple[VirtualHost, OrderedRuntime]]]) -> None:
+    def __init__(
+        self,
+        queues: Callable[[], Iterable[tuple[VirtualHost, OrderedRuntime]]],
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.queues = queues
+        self.now = now
         self._work = anyio.Event()
+        # queue id -> (version, when this gateway first saw it closing): the gateway making
+        # the change appends its command records within milliseconds; one that stopped in
+        # between left it to the others (CLOSING_GRACE_S).
+        self._closing_since: dict[int, tuple[int, float]] = {}
 
     def poke(self) -> None:
         """A change began: look at it now and until it completes."""
@@ -137,6 +185,9 @@ class RouteKeeper:
                 continue
             try:
                 busy = await self._advance(host, queue) or busy
+            except RouteConflict:  # another gateway changed it first: follow, look again
+                await keyed_routes.follow(host, queue)
+                busy = True
             except (StoreError, MetaError) as error:  # retried on the next pass
                 log.warning("queue %r: route change not advanced: %s", queue.name, error)
                 busy = True
@@ -146,6 +197,8 @@ class RouteKeeper:
         return busy
 
     async def _advance(self, host: VirtualHost, queue: OrderedRuntime) -> bool:
+        if await self._left_closing(host, queue):
+            return True
         if await advance(host, queue):
             return True
         route = queue.route
@@ -161,6 +214,26 @@ class RouteKeeper:
             return False
         kind, parts = step
         await apply_step(host, queue, Step(kind, parts[0], parts[1] if len(parts) > 1 else None))
+        return True
+
+    async def _left_closing(self, host: VirtualHost, queue: OrderedRuntime) -> bool:
+        """A change whose command records are not in the route: True while it waits for the
+        gateway making it; past the grace, this one appends them (keyed_routes)."""
+        route = queue.route
+        if not any(p.state == "closing" for p in route.partitions):
+            self._closing_since.pop(queue.queue_id, None)
+            return False
+        version, seen = self._closing_since.get(queue.queue_id, (0, 0.0))
+        if version != route.version:
+            self._closing_since[queue.queue_id] = (route.version, self.now())
+            return True
+        if self.now() - seen < CLOSING_GRACE_S:
+            return True
+        del self._closing_since[queue.queue_id]
+        log.warning("queue %r in vhost %r: route version %d was left without its command "
+                    "records (its gateway stopped?); appending them here", queue.name,
+                    host.name, route.version)  # fmt: skip
+        await keyed_routes.finish_closing(host, queue)
         return True
 
     async def run(self) -> None:

@@ -2,8 +2,8 @@
 --meta`), its route fixed: publishers on both gateways; consumers on one, then on the other
 while the first ones leave mid-stream (the delivery leases change gateway). Every key's
 messages arrive in publish order, once each but for flagged redeliveries, and each partition
-is delivered by one gateway at a time. Rescaling in a cluster is refused with 501 for now
-(docs/ordering.md)."""
+is delivered by one gateway at a time (rescaling on a cluster: test_keyed_rescale_cluster.py).
+A move to a broker group the cluster does not have is refused with 400."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_per_key_order_while_the_partitions_change_gateway(pair: Cluster) -> Non
     assert {"a1", "b1"} <= by or {"a2", "b2"} <= by, by  # both gateways delivered
     assert held == [[False] * 4, [True] * 4]  # in the end gwB delivers every partition
 
-    status, body = gw_b.admin("POST", "/api/queues/%2F/orders/rescale", {"split": 0})
-    assert status == 501 and "not built yet" in body["reason"]
+    status, body = gw_b.admin("POST", "/api/queues/%2F/orders/rescale", {"move": 0, "to": "g7"})
+    assert status == 400 and "no broker group 'g7' up in the cluster (up: g1)" in body["reason"]
     status, route = gw_a.admin("GET", "/api/queues/%2F/orders/route")
     assert status == 200 and route["version"] == 1 and route["open_partitions"] == 4

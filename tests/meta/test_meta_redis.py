@@ -278,6 +278,26 @@ async def test_placement_spreads_is_stable_and_goes_with_the_queue(
         await store.place_queue("/", "missing", 1, groups)
 
 
+async def test_a_placement_grows_but_never_changes_what_is_placed(
+    open_store: Callable[..., RedisMetadataStore],
+) -> None:
+    store, peer = open_store(), open_store()
+    await store.declare_queue(qdef("keyed"))
+    assert await store.place_queue("/", "keyed", 2, ["g1", "g2"]) == ["g1", "g2"]
+    # A split adds partition 2 on g1; a racing writer's other choice for it loses.
+    assert await store.extend_placement("/", "keyed", ["g1", "g2", "g1"]) == ["g1", "g2", "g1"]
+    assert await peer.extend_placement("/", "keyed", ["g9", "g9", "g2"]) == ["g1", "g2", "g1"]
+    assert await peer.extend_placement("/", "keyed", ["g9", "g9", "g9", "g2"]) == [
+        "g1", "g2", "g1", "g2"
+    ]  # fmt: skip
+    assert await store.queue_placement("/", "keyed") == ["g1", "g2", "g1", "g2"]
+    await store.declare_queue(qdef("next"))
+    # The added partitions count in the load: g1 and g2 hold 2 each, so either goes first.
+    assert (await store.place_queue("/", "next", 2, ["g1", "g2", "g3"]))[0] == "g3"
+    with pytest.raises(NotFound):
+        await store.extend_placement("/", "missing", ["g1"])
+
+
 # --- delivery leases -----------------------------------------------------------------
 
 
