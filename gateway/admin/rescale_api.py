@@ -24,6 +24,7 @@ from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import visible_vhost
 from gateway.queues.ordered import OrderedRuntime
 from gateway.sessions.channel_state import Consumer
+from gateway.vhost import keyed_routes
 from gateway.vhost.rescale import Step, apply_step, settled
 from meta.errors import RouteConflict
 from meta.models import User
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from gateway.vhost import VirtualHost
 
 WAIT_POLL_S = 0.05
+CONFLICT_RETRIES = 3  # a route written by another gateway between our read and our write
 OPERATIONS = ("split", "merge", "move", "partitions")
 
 
@@ -181,16 +183,23 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(400, '"timeout" must be a positive number of seconds')
         if isinstance(asked, Step) and asked.kind == "move" and asked.group:
             known_group(host, asked.group)
-        try:
-            if isinstance(asked, int):
-                await node.routes.aim(host, queue, asked)
-            else:
-                await apply_step(host, queue, asked)
-                node.routes.poke()
-        except RouteRefused as refused:
-            raise HTTPException(409, str(refused)) from None
-        except RouteConflict as conflict:
-            raise HTTPException(409, conflict.detail) from None
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                if isinstance(asked, int):
+                    await node.routes.aim(host, queue, asked)
+                else:
+                    await apply_step(host, queue, asked)
+                    node.routes.poke()
+                break
+            except RouteRefused as refused:
+                raise HTTPException(409, str(refused)) from None
+            except RouteConflict as conflict:
+                # On a cluster another gateway's keeper may have just written the route (a
+                # partition removed, a target reached): read it and ask again; a change
+                # begun meanwhile is then refused with its reason.
+                if attempt == CONFLICT_RETRIES:
+                    raise HTTPException(409, conflict.detail) from None
+                await keyed_routes.follow(host, queue)
         complete = settled(queue, node.routes)
         if wait and not complete:
             with anyio.move_on_after(float(timeout)):

@@ -10,12 +10,15 @@ change does not turn a queue into another kind).
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from gateway.amqp.events import decode_properties
-from meta.errors import RouteConflict
+from meta.errors import MetaError, RouteConflict
 from meta.models import Policy, QueueDef
 from meta.queue_route import (
     COMMAND_EXCHANGE,
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     from gateway.queues.ordered import OrderedRuntime
     from gateway.vhost.host import VirtualHost
 
+log = logging.getLogger("mqgw.rescale")
 EMPTY_PROPERTIES = b"\x00\x00"  # no property present
 
 
@@ -168,6 +172,8 @@ def reroute(keyed: Mapping[int, OrderedRuntime], records: Sequence[Record]) -> l
 # -- a cluster: changes made on other gateways ---------------------------------------------
 
 REROUTES = 3  # a batch refused more often than this (changes in quick succession): nacked
+ROUTE_WAIT_S = 10.0  # how long a refused batch waits for the metadata store to answer
+ROUTE_RETRY_S = 0.2
 
 
 async def follow(host: VirtualHost, queue: OrderedRuntime) -> bool:
@@ -186,6 +192,26 @@ async def follow(host: VirtualHost, queue: OrderedRuntime) -> bool:
     return True
 
 
+async def _follow_all(host: VirtualHost, queues: Iterable[OrderedRuntime]) -> bool:
+    """``follow`` each queue; while the metadata store is away (a Redis restart), look again
+    for up to ROUTE_WAIT_S (the publisher waits, as it would for its broker). False if it
+    stayed away."""
+    deadline = time.monotonic() + ROUTE_WAIT_S
+    for queue in queues:
+        while True:
+            try:
+                await follow(host, queue)
+                break
+            except MetaError as error:
+                if time.monotonic() >= deadline:
+                    log.warning("queue %r in vhost %r: a publish refused by a closed partition "
+                                "is nacked: the route cannot be read (%s)", queue.name,
+                                host.name, error)  # fmt: skip
+                    return False
+                await anyio.sleep(ROUTE_RETRY_S)
+    return True
+
+
 async def append_refusing_closed(
     host: VirtualHost, records: Sequence[Record], wait_durable: bool
 ) -> AppendResult:
@@ -199,8 +225,8 @@ async def append_refusing_closed(
         return result
     for _ in range(REROUTES):
         touched = {host.keyed[q] for _, q, _ in pending if q in host.keyed}
-        for queue in touched:
-            await follow(host, queue)
+        if not await _follow_all(host, touched):
+            break  # the metadata store stayed away: what stays refused is nacked
         closed, kept = [], []
         for index, queue_id, partition in pending:
             keyed = host.keyed.get(queue_id)

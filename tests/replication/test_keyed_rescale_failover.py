@@ -1,0 +1,99 @@
+"""Faults in the middle of a keyed-order queue's rescale on a replicated broker group
+(docs/ordering.md, "In a cluster"): the master killed -9 while the queue splits 1 → 4 under
+publishers on two gateways, and Redis restarted while it merges back. The change completes
+on the survivors, every key's messages arrive in publish order, exactly once but for
+flagged redeliveries, and nothing is left in a removed partition."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from bench.servers import GatewayServer
+from tests.cluster.test_keyed_rescale_cluster import declare, keys_of, publish_aio
+from tests.compat.test_keyed_order import Arrivals, consumer
+from tests.replication.conftest import Group
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.anyio,
+    pytest.mark.parametrize("anyio_backend", ["asyncio"]),
+]
+KEYS, PER_KEY = 100, 60
+
+
+def settled_route(gateway: GatewayServer, timeout_s: float = 60) -> dict[str, Any]:
+    """The route once no change is in progress and no count is still to reach."""
+    deadline = time.monotonic() + timeout_s
+    route: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            status, route = gateway.admin("GET", "/api/queues/%2F/orders/route")
+        except OSError:
+            status = 0
+        if status == 200 and route["in_progress"] is None and route["target_partitions"] is None:
+            return route
+        time.sleep(0.1)
+    raise AssertionError(f"the rescale did not settle: {route}")
+
+
+def ask(gateway: GatewayServer, body: dict[str, Any]) -> None:
+    status, answer = gateway.admin("POST", "/api/queues/%2F/orders/rescale", body)
+    assert status in (200, 202), answer
+
+
+async def test_master_kill_and_redis_restart_in_the_middle_of_rescales(group: Group) -> None:
+    group.add_controller("c1")
+    group.add_broker("a")
+    group.add_broker("b")
+    first = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
+    gw_a, gw_b = group.add_gateway("gwA"), group.add_gateway("gwB")
+    declare(gw_a, "orders")
+    arrivals = Arrivals()
+    stop = asyncio.Event()
+    consumers = [
+        asyncio.create_task(consumer(gw.url, "orders", f"{gw.data_dir.name}-{i}", arrivals, stop))
+        for gw in (gw_a, gw_b)
+        for i in range(2)
+    ]
+    faults: list[str] = []
+
+    def operator() -> None:
+        time.sleep(1.0)
+        ask(gw_a, {"partitions": 4})
+        group.master(first).kill()  # while the steps run: the keepers go on after failover
+        faults.append("master killed")
+        route = settled_route(gw_b)
+        assert len([p for p in route["partitions"] if p["range"]]) == 4, route
+        ask(gw_b, {"partitions": 2})
+        group.redis.stop()
+        time.sleep(1.0)
+        group.redis.start()
+        faults.append("redis restarted")
+        route = settled_route(gw_a)
+        assert len([p for p in route["partitions"] if p["range"]]) == 2, route
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    await asyncio.gather(
+        publish_aio(gw_a.url, "orders", "pa", KEYS, PER_KEY),
+        publish_aio(gw_b.url, "orders", "pb", KEYS, PER_KEY),
+    )
+    while thread.is_alive():
+        await asyncio.sleep(0.1)
+    want = 2 * KEYS * PER_KEY
+    deadline = time.monotonic() + 60
+    while sum(1 for *_, r in arrivals.seen if not r) < want and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.gather(*consumers)
+    assert faults == ["master killed", "redis restarted"]
+    arrivals.check([*keys_of("pa", KEYS), *keys_of("pb", KEYS)], PER_KEY)
+    for gateway in (gw_a, gw_b):
+        status, stats = gateway.admin("GET", "/api/queues/%2F/orders")
+        assert status == 200
+        assert stats["messages_ready"] == 0 and stats["messages_unacknowledged"] == 0
