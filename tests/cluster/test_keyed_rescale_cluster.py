@@ -26,6 +26,8 @@ from tests.cluster.conftest import TwoGroups
 from tests.compat.test_keyed_order import Arrivals, consumer
 
 HEADER = "account"
+SHOWN = ("partition", "group", "state", "closed_at", "range", "gate", "delivered_here", "held",
+         "unacked", "read_to", "committed")  # fmt: skip
 KEYED = {"x-mqgw-ordering": "key", "x-mqgw-partitions": 1, "x-mqgw-logical-partitions": 1024,
          "x-mqgw-ordering-header": HEADER}  # fmt: skip
 
@@ -150,10 +152,10 @@ def run(
     finally:
         for gateway in cluster.gateways:  # what a failure needs to be understood
             print(f"--- {gateway.data_dir.name}:\n" + "".join(gateway.log_lines[-60:]))
-            status, route = gateway.admin("GET", f"/api/queues/%2F/{queue}/route")
-            for p in route.get("partitions", []):
-                print({k: p.get(k) for k in ("partition", "group", "state", "closed_at", "range",
-                       "gate", "delivered_here", "held", "unacked", "read_to", "committed")})
+            _status, route = gateway.admin("GET", f"/api/queues/%2F/{queue}/route")
+            for part in route.get("partitions", []):
+                print({k: part.get(k) for k in SHOWN})
+
     every = [k for tag in ("pika", "kombu", "aio") for k in keys_of(tag, keys)]
     arrivals.check(every, per_key)
     return arrivals, versions
