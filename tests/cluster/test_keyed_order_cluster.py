@@ -8,7 +8,6 @@ A move to a broker group the cluster does not have is refused with 400."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,10 +56,7 @@ def test_per_key_order_while_the_partitions_change_gateway(pair: Cluster) -> Non
         stop_a.set()  # gwA's consumers leave with messages in flight: the leases go to gwB
         await asyncio.gather(*on_a)
         await publish(half, per_key)
-        want = 2 * 40 * per_key
-        deadline = time.monotonic() + 60
-        while sum(1 for *_, r in arrivals.seen if not r) < want and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await arrivals.wait_for(2 * 40 * per_key, 60)
         held.extend(await asyncio.to_thread(lambda: [holding(gw_a), holding(gw_b)]))
         stop_b.set()
         await asyncio.gather(*on_b)

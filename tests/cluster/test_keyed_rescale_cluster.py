@@ -139,10 +139,7 @@ def run(
         await publish_aio(gw_b.url, queue, "aio", keys, per_key)
         while any(t.is_alive() for t in threads):
             await asyncio.sleep(0.05)
-        want = 3 * keys * per_key
-        deadline = time.monotonic() + 120
-        while sum(1 for *_, r in arrivals.seen if not r) < want and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        await arrivals.wait_for(3 * keys * per_key, 120)
         stop.set()
         await asyncio.gather(*consumers, return_exceptions=kill_mid_split)
         return arrivals

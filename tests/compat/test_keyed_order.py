@@ -85,6 +85,13 @@ class Arrivals:
         self.seen: list[tuple[str, str, bool]] = []
         self.first = 0  # deliveries not flagged redelivered
 
+    async def wait_for(self, want: int, timeout_s: float) -> None:
+        """Until ``want`` first deliveries (not flagged redelivered) arrived, or the time is up
+        (``check`` then says what is missing)."""
+        deadline = time.monotonic() + timeout_s
+        while sum(1 for *_, r in self.seen if not r) < want and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
     def check(self, keys: list[str], per_key: int) -> int:
         """Per key: the unflagged deliveries are 0..per_key-1 in order, exactly once; a
         flagged one repeats something delivered before. Returns how many were flagged."""
@@ -178,10 +185,7 @@ def test_per_key_order_holds_while_the_queue_rescales_under_load(
         late = asyncio.create_task(consumer(gateway.url, queue, "late", arrivals, stop))
         while any(t.is_alive() for t in threads):
             await asyncio.sleep(0.05)
-        want = 2 * KEYS * per_key
-        deadline = time.monotonic() + 30
-        while sum(1 for *_, r in arrivals.seen if not r) < want and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await arrivals.wait_for(2 * KEYS * per_key, 30)
         stop.set()
         await asyncio.gather(*consumers, late)
         return arrivals

@@ -6,16 +6,13 @@ an old table learns it. The broker half runs real `mqgw broker` processes."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from bench.servers import BrokerServer as BrokerProcess
-from localcluster.ports import free_port
 from storage import (
     BrokerUnavailable,
     LogStore,
@@ -29,6 +26,7 @@ from storage.record import CLOSES, PERSISTENT
 from storage.replica_log import read_chunk, write_chunk
 from storage.routed_store import RoutedStore
 from storage.state_files import QueueInfo
+from tests.storage.test_broker_byte_limits_remote import brokers
 
 
 def rec(body: bytes, *dests: tuple[int, int], flags: int = PERSISTENT) -> Record:
@@ -188,22 +186,7 @@ def test_a_replica_closes_what_the_masters_log_closes(tmp_path: Path) -> None:
     replica.close()
 
 
-# -- over real brokers ------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def brokers(tmp_path: Path, *names: str) -> AsyncIterator[dict[str, BrokerProcess]]:
-    started: dict[str, BrokerProcess] = {}
-    try:
-        for name in names:
-            process = BrokerProcess(
-                tmp_path / name, free_port(), tmp_path / f"{name}.log", group=name
-            )
-            started[name] = process.start()
-        yield started
-    finally:
-        for process in started.values():
-            process.kill()
+# -- over real brokers (tests/storage/test_broker_byte_limits_remote.py's) ------------------
 
 
 async def bodies(store: RemoteStore | RoutedStore, queue_id: int, partition: int) -> list[bytes]:

@@ -7,7 +7,8 @@ away the refused batch waits, then is nacked."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -84,17 +85,27 @@ async def _bodies(store: EmbeddedStore, queue_id: int, partition: int) -> list[s
     return [bytes(m.body).decode() for m in read.messages if m.exchange == b""]
 
 
+@asynccontextmanager
+async def two_gateways(
+    tmp_path: Path,
+) -> AsyncIterator[
+    tuple[BrokerLike, tuple[VirtualHost, OrderedRuntime], tuple[VirtualHost, OrderedRuntime]]
+]:
+    """One store, one metadata file, the keyed queue attached on two gateways' vhosts."""
+    async with open_embedded_store(StoreConfig(tmp_path / "s", flush=FlushPolicy.ASYNC)) as inner:
+        store = BrokerLike(inner, set())
+        meta = LocalMetadataStore(tmp_path / "meta")
+        await meta.add_vhost(VHost(name="/"))
+        yield store, await _host(meta, store), await _host(meta, store)
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.anyio
 async def test_a_batch_routed_by_the_old_version_lands_in_the_new_partition(
     tmp_path: Path,
 ) -> None:
-    async with open_embedded_store(StoreConfig(tmp_path / "s", flush=FlushPolicy.ASYNC)) as inner:
-        store = BrokerLike(inner, set())
-        meta = LocalMetadataStore(tmp_path / "meta")
-        await meta.add_vhost(VHost(name="/"))
-        host_a, queue_a = await _host(meta, store)
-        host_b, queue_b = await _host(meta, store)
+    async with two_gateways(tmp_path) as (store, (host_a, queue_a), (host_b, queue_b)):
+        inner = store.store
         stale = _records(queue_b, ["k1", "k2", "k3"])  # gateway B routed by version 1
         await apply_step(host_a, queue_a, Step("split", 0))  # gateway A closes partition 0
         assert queue_b.route.version == 1
@@ -119,12 +130,8 @@ async def test_a_batch_routed_by_the_old_version_lands_in_the_new_partition(
 async def test_with_the_metadata_store_away_a_refused_batch_waits_then_is_nacked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with open_embedded_store(StoreConfig(tmp_path / "s", flush=FlushPolicy.ASYNC)) as inner:
-        store = BrokerLike(inner, set())
-        meta = LocalMetadataStore(tmp_path / "meta")
-        await meta.add_vhost(VHost(name="/"))
-        host_a, queue_a = await _host(meta, store)
-        host_b, queue_b = await _host(meta, store)
+    async with two_gateways(tmp_path) as (_store, (host_a, queue_a), (host_b, queue_b)):
+        meta = host_b.meta
         stale = _records(queue_b, ["k1"])
         await apply_step(host_a, queue_a, Step("split", 0))
         looks = 0
