@@ -102,6 +102,7 @@ class ReplicatedStore:
         self.progress: dict[str, int] = {}  # local ms a replica last kept up
         self.batches: OrderedDict[int, AppendResult] = OrderedDict()
         self.registry_version = 1
+        self.registry_acks: dict[str, int] = {}  # per replica: the registry version it applied
         self.dirty_offsets: dict[str, set[tuple[str, int, int]]] = {}  # per replica
         self._changed = anyio.Event()  # confirm offset or role moved
         self._data = anyio.Event()  # set (and replaced) on each append: fetches, flusher
@@ -315,9 +316,32 @@ class ReplicatedStore:
         return ReadResult(status, kept, start + len(kept), result.min_offset, start + len(kept))
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
+        """Answered once the in-sync replicas hold the registry with it (sync mode): a master
+        lost right after would otherwise leave a new master without the queue or its new
+        partitions, and appends re-sent there would be indexed nowhere."""
         self._master_only("queue declaration")
+        known = self.log.registry.queues.get(queue_id)
+        before = 0 if known is None else known.partitions  # (create_queue grows it in place)
         await self.inner.create_queue(queue_id, partitions)
+        if before >= partitions:
+            return  # nothing changed (a redeclare)
         self.registry_version += 1
+        await self._registry_replicated("queue declaration")
+
+    async def _registry_replicated(self, what: str) -> None:
+        if self.settings.mode is not ReplicationMode.SYNC:
+            return
+        version = self.registry_version
+        self._note_appended()  # a fetch held for data answers now, with the registry
+        while True:
+            if self.role != "master" or self.fenced_version:
+                raise self._refuse(what)
+            required = self.in_sync.required()
+            if all(self.registry_acks.get(r, 0) >= version for r in required):
+                return
+            changed = self._changed
+            with anyio.move_on_after(self.settings.timing.heartbeat_interval_ms / 1000):
+                await changed.wait()
 
     async def queues(self) -> dict[int, int]:
         return await self.inner.queues()
@@ -409,6 +433,10 @@ class ReplicatedStore:
         if offset > end:
             raise StoreError(f"replica {replica} at {offset} is past this log's end {end}")
         self._acknowledged(replica, offset, end)
+        applied = int(head.get("registry_version", 0))
+        if applied != self.registry_acks.get(replica):
+            self.registry_acks[replica] = applied
+            self._wake()
         if offset >= end:
             data = self._data
             with anyio.move_on_after(int(head.get("wait_ms", 0)) / 1000):

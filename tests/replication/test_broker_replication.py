@@ -91,6 +91,34 @@ async def test_a_slave_grows_a_queue_with_its_master(group: Group) -> None:
         assert [bytes(m.body) for m in (await store.read(1, 2, 0)).messages] == [b"c0"]
 
 
+async def test_a_queue_created_or_grown_is_on_the_slave_before_the_master_answers(
+    group: Group,
+) -> None:
+    """The master killed the moment create_queue answered: the new master has the queue and
+    its new partitions (appends re-sent there would otherwise be indexed nowhere)."""
+    group.add_controller("c1")
+    group.add_broker("a")
+    group.add_broker("b")
+    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
+    slave_id = next(i for i in group.brokers if i != record.master)
+    async with connect_remote_store(group.master(record).address) as store:
+        await store.create_queue(1, 1)
+        await store.create_queue(2, 2)
+        await store.create_queue(1, 3)  # grown
+    group.master(record).kill()
+    await group.until(lambda r: r.master == slave_id, timeout_s=10)
+    async with connect_remote_store(group.brokers[slave_id].address) as store:
+        with anyio.fail_after(10):
+            while True:
+                try:
+                    await store.append([Record(b"ex", b"rk", b"", b"x", ((1, 2),))])
+                    break
+                except NotMaster:
+                    await anyio.sleep(0.05)
+        assert await store.queues() == {1: 3, 2: 2}
+        assert [bytes(m.body) for m in (await store.read(1, 2, 0)).messages] == [b"x"]
+
+
 async def test_master_with_a_slave_stops_at_once_on_sigterm(group: Group) -> None:
     group.add_controller("c1")
     group.add_broker("a")

@@ -61,6 +61,7 @@ async def test_master_kill_and_redis_restart_in_the_middle_of_rescales(group: Gr
         for i in range(2)
     ]
     faults: list[str] = []
+    restart_redis = threading.Event()
 
     def operator() -> None:
         time.sleep(1.0)
@@ -72,19 +73,32 @@ async def test_master_kill_and_redis_restart_in_the_middle_of_rescales(group: Gr
         ask(gw_b, {"partitions": 2})
         group.redis.stop()
         time.sleep(1.0)
-        group.redis.start()
-        faults.append("redis restarted")
+        restart_redis.set()  # by the main thread: a server dies with the thread starting it
+        while "redis restarted" not in faults:
+            time.sleep(0.05)
         route = settled_route(gw_a)
         assert len([p for p in route["partitions"] if p["range"]]) == 2, route
 
     thread = threading.Thread(target=operator)
+
+    async def on_the_main_thread() -> None:
+        while thread.is_alive():
+            if restart_redis.is_set():
+                restart_redis.clear()
+                group.redis.start()
+                faults.append("redis restarted")
+            await asyncio.sleep(0.05)
+
     thread.start()
-    await asyncio.gather(
-        publish_aio(gw_a.url, "orders", "pa", KEYS, PER_KEY),
-        publish_aio(gw_b.url, "orders", "pb", KEYS, PER_KEY),
-    )
-    while thread.is_alive():
-        await asyncio.sleep(0.1)
+    try:
+        await asyncio.gather(
+            publish_aio(gw_a.url, "orders", "pa", KEYS, PER_KEY),
+            publish_aio(gw_b.url, "orders", "pb", KEYS, PER_KEY),
+            on_the_main_thread(),
+        )
+    finally:
+        for gateway in (gw_a, gw_b):  # what a failure needs to be understood
+            print(f"--- {gateway.data_dir.name}:\n" + "".join(gateway.log_lines[-80:]))
     await arrivals.wait_for(2 * KEYS * PER_KEY, 60)
     stop.set()
     await asyncio.gather(*consumers)
