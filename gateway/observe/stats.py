@@ -119,9 +119,10 @@ async def _count_at_broker(queue: QueueRuntime, counts: dict[int, QueueCounts]) 
         counts[queue.queue_id] = QueueCounts(queue.ready_count, queue_unacked(queue))
         return
     # Unreported partitions: the broker counts them all ready (nothing known out there).
-    reported = [h for h in map(held_out, stats.partitions) if h is not None]
+    counted = queue.counted(stats.partitions)
+    reported = [h for h in map(held_out, counted) if h is not None]
     unacked = sum(reported) if reported else queue_unacked(queue)
-    counts[queue.queue_id] = QueueCounts(stats.ready, unacked)
+    counts[queue.queue_id] = QueueCounts(sum(p.ready for p in counted), unacked)
 
 
 def held_out(partition: PartitionStats) -> int | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.queues.behaviour import QueueBehaviour
@@ -34,7 +34,7 @@ from gateway.queues.rate_limit import TokenBucket
 from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
 from meta.models import QueueDef
 from meta.queue_route import COMMAND_EXCHANGE, QueueRoute, gate_open, logical_of
-from storage import DeliveryProgress, StoredMessage, StorePort
+from storage import DeliveryProgress, PartitionStats, StoredMessage, StorePort
 
 if TYPE_CHECKING:
     from gateway.queues.consumer import QueueConsumer as Consumer
@@ -104,6 +104,25 @@ class OrderedRuntime(QueueRuntime):
     def set_lease(self, partition: int, held: bool) -> None:
         super().set_lease(partition, held)
         self._set_readable()
+        # Not exhausted any more, and perhaps other holders: a turn must come, or nothing
+        # wakes the queue (the long-poll watchers act only on an exhausted queue).
+        self._wake()
+
+    def holds_all_leases(self) -> bool:
+        """Cluster: the leases of every partition that may still deliver (a removed one's
+        lease is given up)."""
+        if self.leases is None:
+            return True
+        parts = self.route.partitions
+        return all(held or p >= len(parts) or parts[p].state == "removed"
+                   for p, held in enumerate(self.leases))  # fmt: skip
+
+    def counted(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]:
+        """A removed partition counts nothing: what it held up to its command record was
+        settled before it was removed (its committed offset on a new broker master may lag:
+        offset commits replicate after the fact)."""
+        route = self.route.partitions
+        return [s for s in self.known(parts) if route[s.partition].state != "removed"]
 
     def may_serve(self) -> bool:
         """Cluster: one partition's lease is enough (each is delivered on its own)."""

@@ -520,6 +520,10 @@ class QueueRuntime:
             (s.partition, s.min_offset, s.max_offset) for s in self.known(stats.partitions)
         )
 
+    def counted(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]:
+        """The partitions whose ready messages are the queue's (all it knows)."""
+        return self.known(parts)
+
     def known(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]:
         """The store's partitions this runtime knows: on a cluster a keyed-order queue's
         store queue grows (a rescale on another gateway) before its route reaches here."""
@@ -779,7 +783,7 @@ class QueueRuntime:
         what other gateways published."""
         if not self.holds_all_leases():
             stats = await self.store.queue_stats(self.queue_id)
-            return stats.ready
+            return sum(s.ready for s in self.counted(stats.partitions))
         if self.behaviour.message_ttl_ms is not None or self.expirations_seen:
             await self.expire(self.clock.wall_ms())
         if self.leases is None:

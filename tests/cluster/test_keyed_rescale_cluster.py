@@ -17,17 +17,19 @@ from collections.abc import Callable
 from typing import Any
 
 import aio_pika
+import anyio
 import kombu
 import pika
 import pytest
 
-from bench.servers import GatewayServer
+from bench.servers import GatewayServer, check_for
+from storage import connect_remote_store
 from tests.cluster.conftest import TwoGroups
 from tests.compat.test_keyed_order import Arrivals, consumer
 
 HEADER = "account"
 SHOWN = ("partition", "group", "state", "closed_at", "range", "gate", "delivered_here", "held",
-         "unacked", "read_to", "committed")  # fmt: skip
+         "unacked", "read_to", "committed", "consumer", "orphaned")  # fmt: skip
 KEYED = {"x-mqgw-ordering": "key", "x-mqgw-partitions": 1, "x-mqgw-logical-partitions": 1024,
          "x-mqgw-ordering-header": HEADER}  # fmt: skip
 
@@ -73,6 +75,33 @@ async def publish_aio(url: str, queue: str, tag: str, keys: int, per_key: int) -
             await asyncio.gather(*sent)  # one round of keys in flight: per-key order kept
 
 
+def noting(errors: list[BaseException], work: Callable[[], None]) -> Callable[[], None]:
+    """``work`` for a thread, its exception kept for the test to assert on."""
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:
+            errors.append(error)
+            raise
+
+    return run
+
+
+def broker_ends(cluster: TwoGroups, group: str) -> dict[int, list[int]]:
+    """Per queue on ``group``'s broker, each partition's end offset."""
+
+    async def ask() -> dict[int, list[int]]:
+        async with connect_remote_store(cluster.brokers[group].address) as store:
+            ends = {}
+            for queue_id in await store.queues():
+                stats = await store.queue_stats(queue_id)
+                ends[queue_id] = [p.max_offset for p in stats.partitions]
+            return ends
+
+    return anyio.run(ask)
+
+
 def declare(gateway: GatewayServer, queue: str) -> None:
     with pika.BlockingConnection(pika.URLParameters(gateway.url)) as conn:
         conn.channel().queue_declare(queue, durable=True, arguments=KEYED)
@@ -97,6 +126,7 @@ def run(
     declare(gw_a, queue)
     versions: list[dict[str, Any]] = []
     started = threading.Event()
+    errors: list[BaseException] = []
 
     def timed(gateway: GatewayServer, what: str, body: dict[str, Any]) -> None:
         began = time.monotonic()
@@ -131,8 +161,8 @@ def run(
                                          requeue_every=97 if i == 0 else 0))
             for gateway, name in ((gw_a, "a"), (gw_b, "b")) for i in range(2)
         ]  # fmt: skip
-        threads = [threading.Thread(target=p) for p in publishers]
-        threads.append(threading.Thread(target=operator))
+        threads = [threading.Thread(target=noting(errors, p)) for p in publishers]
+        threads.append(threading.Thread(target=noting(errors, operator)))
         for thread in threads:
             thread.start()
         started.set()
@@ -142,19 +172,28 @@ def run(
         if kill_mid_split:  # it joins on the newest version (a child of this thread: see
             gw_a.start()  # bench.servers.die_with_parent)
         await arrivals.wait_for(3 * keys * per_key, 120)
+        await asyncio.to_thread(show_state)  # while the consumers are still there
         stop.set()
         await asyncio.gather(*consumers, return_exceptions=kill_mid_split)
         return arrivals
+
+    def show_state() -> None:
+        """What a failure needs to be understood: each gateway's view of the route, and the
+        brokers' ends."""
+        for gateway in cluster.gateways:
+            print(f"--- {gateway.data_dir.name}")
+            _status, route = gateway.admin("GET", f"/api/queues/%2F/{queue}/route")
+            for part in route.get("partitions", []):
+                print({k: part.get(k) for k in SHOWN})
+        for group in cluster.brokers:
+            print(group, broker_ends(cluster, group))
 
     try:
         arrivals = asyncio.run(scenario())
     finally:
         for gateway in cluster.gateways:  # what a failure needs to be understood
             print(f"--- {gateway.data_dir.name}:\n" + "".join(gateway.log_lines[-60:]))
-            _status, route = gateway.admin("GET", f"/api/queues/%2F/{queue}/route")
-            for part in route.get("partitions", []):
-                print({k: part.get(k) for k in SHOWN})
-
+    assert not errors, errors
     every = [k for tag in ("pika", "kombu", "aio") for k in keys_of(tag, keys)]
     arrivals.check(every, per_key, gateway_killed=kill_mid_split)
     return arrivals, versions
@@ -188,6 +227,12 @@ def split_and_kill(
           f"{time.monotonic() - began:.2f} s")  # fmt: skip
 
 
+def settled_counts(gateway: GatewayServer) -> bool:
+    status, stats = gateway.admin("GET", "/api/queues/%2F/orders")
+    assert status == 200
+    return stats["messages_ready"] == 0 and stats["messages_unacknowledged"] == 0
+
+
 def check_end(cluster: TwoGroups, versions: list[dict[str, Any]]) -> None:
     assert [len(open_partitions(v)) for v in versions][:3] == [4, 8, 8]
     if len(versions) == 5:  # the split on the killed gateway: done, or never begun
@@ -200,10 +245,8 @@ def check_end(cluster: TwoGroups, versions: list[dict[str, Any]]) -> None:
     assert all(p["state"] in ("open", "removed") for p in final["partitions"])
     placed = cluster.route("orders")
     assert placed is not None and len(placed) == len(final["partitions"])
-    for gateway in cluster.gateways:
-        status, stats = gateway.admin("GET", "/api/queues/%2F/orders")
-        assert status == 200
-        assert stats["messages_ready"] == 0 and stats["messages_unacknowledged"] == 0
+    for gateway in cluster.gateways:  # the holder's last commits reach the broker soon after
+        check_for(10, lambda g=gateway: settled_counts(g), what=f"{gateway.data_dir.name} at 0")
 
 
 def test_per_key_order_while_a_cluster_rescales_the_queue(two_groups: TwoGroups) -> None:

@@ -115,8 +115,11 @@ class Arrivals:
                 flagged += 1
             else:
                 by_key[key].append(int(n))
+        short = {k: len(n) for k, n in by_key.items() if n != list(range(per_key))}
         for key, numbers in by_key.items():
-            assert numbers == list(range(per_key)), f"key {key}: {numbers[:50]}"
+            assert numbers == list(range(per_key)), (
+                f"key {key}: {numbers[:50]}; {len(short)} keys short: {dict(list(short.items())[:12])}"
+            )
         return flagged
 
 
