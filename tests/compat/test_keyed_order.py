@@ -116,9 +116,10 @@ class Arrivals:
             else:
                 by_key[key].append(int(n))
         short = {k: len(n) for k, n in by_key.items() if n != list(range(per_key))}
+        some = dict(list(short.items())[:12])
         for key, numbers in by_key.items():
             assert numbers == list(range(per_key)), (
-                f"key {key}: {numbers[:50]}; {len(short)} keys short: {dict(list(short.items())[:12])}"
+                f"key {key}: {numbers[:50]}; {len(short)} keys short: {some}"
             )
         return flagged
 
