@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bench.servers import GatewayServer, check_for
+from storage import QUEUE_GROUP, connect_remote_store
 from tests.cluster.test_keyed_rescale_cluster import declare, keys_of, publish_aio, settled_counts
 from tests.compat.test_keyed_order import Arrivals, consumer
 from tests.replication.conftest import Group
@@ -106,3 +107,20 @@ async def test_master_kill_and_redis_restart_in_the_middle_of_rescales(group: Gr
     arrivals.check([*keys_of("pa", KEYS), *keys_of("pb", KEYS)], PER_KEY)
     for gateway in (gw_a, gw_b):  # the holder's last commits reach the broker soon after
         check_for(10, lambda g=gateway: settled_counts(g), what=f"{gateway.data_dir.name} at 0")
+    # Nothing holds the log back: every partition's committed offset on the new master is
+    # past what it holds (a removed one's past its command record), so its bytes can go.
+    _, route = gw_a.admin("GET", "/api/queues/%2F/orders/route")
+    record = await group.record()
+    async with connect_remote_store(group.brokers[record.master].address) as store:
+        (queue_id,) = [
+            q for q, n in (await store.queues()).items() if n == len(route["partitions"])
+        ]
+        stats = await store.queue_stats(queue_id)
+        behind = {
+            s.partition: (
+                await store.committed_offset(QUEUE_GROUP, queue_id, s.partition),
+                s.max_offset,
+            )
+            for s in stats.partitions
+        }
+    assert all(committed == end for committed, end in behind.values()), behind
