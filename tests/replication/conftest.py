@@ -70,6 +70,16 @@ class Group:
     def master(self, record: GroupRecord) -> BrokerServer:
         return self.brokers[record.master]
 
+    async def master_and_slave(self) -> tuple[GroupRecord, BrokerServer, str]:
+        """A controller and brokers a and b, once both are in sync: the record, the master
+        and the slave's id."""
+        self.add_controller("c1")
+        self.add_broker("a")
+        self.add_broker("b")
+        record = await self.until(lambda r: r.master != "" and len(r.in_sync) == 2)
+        slave_id = next(i for i in self.brokers if i != record.master)
+        return record, self.master(record), slave_id
+
 
 @pytest.fixture
 async def group(tmp_path: Path) -> AsyncIterator[Group]:

@@ -19,12 +19,7 @@ def _records(n: int, start: int = 0) -> list[Record]:
 
 
 async def test_slave_holds_what_the_master_confirmed_and_takes_over(group: Group) -> None:
-    group.add_controller("c1")
-    group.add_broker("a")
-    group.add_broker("b")
-    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
-    master = group.master(record)
-    slave_id = next(i for i in group.brokers if i != record.master)
+    _record, master, slave_id = await group.master_and_slave()
     async with connect_remote_store(master.address) as store:
         await store.create_queue(1, 1)
         for round_ in range(5):
@@ -33,7 +28,7 @@ async def test_slave_holds_what_the_master_confirmed_and_takes_over(group: Group
         with pytest.raises(NotMaster):
             await slave.append(_records(1))
     master.kill()
-    record = await group.until(lambda r: r.master == slave_id, timeout_s=10)
+    await group.until(lambda r: r.master == slave_id, timeout_s=10)
     async with connect_remote_store(group.brokers[slave_id].address) as store:
         bodies: list[bytes] = []
         offset = 0
@@ -53,12 +48,7 @@ async def test_slave_holds_what_the_master_confirmed_and_takes_over(group: Group
 async def test_a_slave_grows_a_queue_with_its_master(group: Group) -> None:
     """create_queue adding partitions on the master: the slave adds them too, keeps what the
     old ones hold, and indexes the new ones' records; it has all of them once it takes over."""
-    group.add_controller("c1")
-    group.add_broker("a")
-    group.add_broker("b")
-    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
-    master = group.master(record)
-    slave_id = next(i for i in group.brokers if i != record.master)
+    _record, master, slave_id = await group.master_and_slave()
 
     def to(partition: int, *names: str) -> list[Record]:
         return [Record(b"ex", b"rk", b"", n.encode(), ((1, partition),)) for n in names]
@@ -96,11 +86,7 @@ async def test_a_queue_created_or_grown_is_on_the_slave_before_the_master_answer
 ) -> None:
     """The master killed the moment create_queue answered: the new master has the queue and
     its new partitions (appends re-sent there would otherwise be indexed nowhere)."""
-    group.add_controller("c1")
-    group.add_broker("a")
-    group.add_broker("b")
-    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
-    slave_id = next(i for i in group.brokers if i != record.master)
+    record, _master, slave_id = await group.master_and_slave()
     async with connect_remote_store(group.master(record).address) as store:
         await store.create_queue(1, 1)
         await store.create_queue(2, 2)

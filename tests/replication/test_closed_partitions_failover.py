@@ -21,12 +21,7 @@ def rec(body: bytes, *dests: tuple[int, int], flags: int = PERSISTENT) -> Record
 
 
 async def test_a_promoted_slave_refuses_the_partition_its_master_closed(group: Group) -> None:
-    group.add_controller("c1")
-    group.add_broker("a")
-    group.add_broker("b")
-    record = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
-    master = group.master(record)
-    slave_id = next(i for i in group.brokers if i != record.master)
+    _record, master, slave_id = await group.master_and_slave()
     async with connect_remote_store(master.address) as store:
         await store.create_queue(1, 2)
         await store.append([rec(b"a0", (1, 0))], wait_durable=True)
