@@ -32,6 +32,7 @@ from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.partition_holders import PartitionHolders
 from gateway.queues.rate_limit import TokenBucket
 from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
+from meta.cluster import HandedNote
 from meta.models import QueueDef
 from meta.queue_route import COMMAND_EXCHANGE, QueueRoute, gate_open, logical_of
 from storage import DeliveryProgress, PartitionStats, StoredMessage, StorePort
@@ -77,15 +78,19 @@ class OrderedRuntime(QueueRuntime):
         self._table: list[int] = []
         self.header: str | None = None
         self._started = False  # no wakes before start: the cursors are not set yet
+        # Cluster: removed partitions whose committed offset in the store lies below their
+        # command record (a broker failover lost the last commits): held a moment to commit
+        # past it, or they would hold the log back for good (RouteKeeper.check_removed).
+        self.behind_removed: set[int] = set()
         self._grow(len(route.partitions))
         self.set_route(route)
 
     async def start(self) -> None:
         await super().start()
-        self._pass_removed_records()
+        self.pass_removed_records()
         self._started = True
 
-    def _pass_removed_records(self) -> None:
+    def pass_removed_records(self) -> None:
         """A removed partition drained before anyone read its command record (nobody needs
         to): read positions move past it, and it leaves the ready count."""
         for part in self.route.partitions:
@@ -96,6 +101,16 @@ class OrderedRuntime(QueueRuntime):
                 self.ready_count -= part.closed_at + 1 - self.cursors[p]
                 self.cursors[p] = part.closed_at + 1
                 self.commit_dirty = True
+
+    async def take_over(self, partition: int, handed: HandedNote | None = None) -> None:
+        """A removed partition is taken only to commit past its command record (see
+        ``behind_removed``): nothing of it is delivered."""
+        await super().take_over(partition, handed)
+        parts = self.route.partitions
+        if partition < len(parts) and parts[partition].state == "removed":
+            self.pass_removed_records()
+            await self.commit()
+            self.behind_removed.discard(partition)
 
     def start_leasing(self) -> None:
         super().start_leasing()
@@ -132,6 +147,8 @@ class OrderedRuntime(QueueRuntime):
         """Cluster: worth holding while it may still deliver and a consumer is here."""
         if partition >= len(self.route.partitions):
             return False  # the store grew; the route that says so is not here yet
+        if partition in self.behind_removed:
+            return True
         part = self.route.partitions[partition]
         return bool(self.consumers) and part.state != "removed" and gate_open(self.route, partition)
 
@@ -151,7 +168,7 @@ class OrderedRuntime(QueueRuntime):
         self._table = table
         self._grow(len(route.partitions))
         if self._started:
-            self._pass_removed_records()
+            self.pass_removed_records()
         self._set_readable()
         self._wake()
 

@@ -41,6 +41,7 @@ from storage import QUEUE_GROUP, StoreError
 log = logging.getLogger("mqgw.rescale")
 KEEP_EVERY_S = 0.05  # how often a change in progress is looked at
 CLOSING_GRACE_S = 2.0  # a change left closing this long by its gateway is closed by another
+REMOVED_CHECK_S = 30.0  # how often removed partitions' committed offsets are looked at
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class RouteKeeper:
         # the change appends its command records within milliseconds; one that stopped in
         # between left it to the others (CLOSING_GRACE_S).
         self._closing_since: dict[int, tuple[int, float]] = {}
+        self._removed_checked: dict[int, float] = {}  # queue id -> when last looked at
 
     def poke(self) -> None:
         """A change began: look at it now and until it completes."""
@@ -185,6 +187,7 @@ class RouteKeeper:
                 continue
             try:
                 busy = await self._advance(host, queue) or busy
+                await self.check_removed(host, queue)
             except RouteConflict:  # another gateway changed it first: follow, look again
                 await keyed_routes.follow(host, queue)
                 busy = True
@@ -215,6 +218,34 @@ class RouteKeeper:
         kind, parts = step
         await apply_step(host, queue, Step(kind, parts[0], parts[1] if len(parts) > 1 else None))
         return True
+
+    async def check_removed(self, host: VirtualHost, queue: OrderedRuntime) -> None:
+        """Every REMOVED_CHECK_S: a removed partition whose committed offset in the store
+        is not past its command record (on a cluster, a broker master killed before its slave
+        had the last commits; or nobody read the record) is committed past it, so that it
+        holds no log back: at once on the embedded node, by the gateway taking its lease for
+        that moment on a cluster (``behind_removed``)."""
+        now = self.now()
+        if now - self._removed_checked.get(queue.queue_id, -REMOVED_CHECK_S) < REMOVED_CHECK_S:
+            return
+        self._removed_checked[queue.queue_id] = now
+        for part in queue.route.partitions:
+            p = part.partition
+            if part.state != "removed" or part.closed_at is None or p in queue.behind_removed:
+                continue
+            committed = await host.store.committed_offset(QUEUE_GROUP, queue.queue_id, p)
+            if committed > part.closed_at:
+                continue
+            if committed < part.closed_at:  # at the record itself: nobody read it, as may be
+                log.warning("queue %r in vhost %r: removed partition %d is committed to %d, "
+                            "below its command record at %d; committing past it", queue.name,
+                            host.name, p, committed, part.closed_at)  # fmt: skip
+            if queue.leases is None:
+                queue.pass_removed_records()
+                queue.commit_dirty = True
+                await queue.commit()
+            else:
+                queue.behind_removed.add(p)
 
     async def _left_closing(self, host: VirtualHost, queue: OrderedRuntime) -> bool:
         """A change whose command records are not in the route: True while it waits for the

@@ -16,11 +16,11 @@ from gateway.queues.ordered import OrderedRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.vhost.host import VirtualHost
 from gateway.vhost.keyed_routes import command_record
-from gateway.vhost.rescale import RouteKeeper, settled
+from gateway.vhost.rescale import REMOVED_CHECK_S, RouteKeeper, settled
 from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef, VHost
 from meta.queue_route import split
-from storage import EmbeddedStore, FlushPolicy, StoreConfig, open_embedded_store
+from storage import QUEUE_GROUP, EmbeddedStore, FlushPolicy, StoreConfig, open_embedded_store
 from tests.gateway.queues.test_ordered_model import KEYED, World
 from tests.harness.clock import FakeClock
 
@@ -112,5 +112,50 @@ def test_a_command_record_without_its_version_is_inert(tmp_path: Path) -> None:
             assert len(world.session.deliveries) == 18
             assert queue.ready_count == 0
             await meta.close()
+
+    anyio.run(scenario)
+
+
+def test_a_removed_partition_committed_below_its_record_is_committed_past_it(
+    tmp_path: Path,
+) -> None:
+    """After a broker failover lost a removal's last commits (the committed offset set back
+    here by hand), the keeper commits the partition past its command record, so it holds no
+    log back: at once on the embedded node; on a cluster by taking its lease for a moment,
+    delivering nothing of it."""
+
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as store:
+            world = await _published(tmp_path, store, [f"k{i % 5}" for i in range(20)])
+            queue = world.queue
+            await world.rescale("split", 0)
+            await _drain(world)
+            part = queue.route.partitions[0]
+            assert part.state == "removed" and part.closed_at == 20
+            committed = lambda: store.committed_offset(QUEUE_GROUP, queue.queue_id, 0)  # noqa: E731
+            assert await committed() == 21
+
+            now = [0.0]
+            keeper = RouteKeeper(lambda: [(world.host, queue)], now=lambda: now[0])
+            await store.commit_offset(QUEUE_GROUP, queue.queue_id, 0, 7)
+            await keeper.check_removed(world.host, queue)
+            assert await committed() == 21  # the embedded node: at once
+
+            queue.start_leasing()  # as on a cluster: the lease path
+            queue.fences[0] = 9
+            await store.commit_offset(QUEUE_GROUP, queue.queue_id, 0, 7)
+            now[0] = REMOVED_CHECK_S - 1
+            await keeper.check_removed(world.host, queue)
+            assert queue.behind_removed == set()  # not looked at again before its time
+            now[0] = REMOVED_CHECK_S
+            await keeper.check_removed(world.host, queue)
+            assert queue.behind_removed == {0} and queue.wants_partition(0)
+            delivered = len(world.session.deliveries)
+            await queue.take_over(0)  # the link took its lease
+            assert await committed() == 21
+            assert queue.behind_removed == set() and not queue.wants_partition(0)
+            assert 0 not in queue.readable and len(world.session.deliveries) == delivered
+            await world.host.meta.close()
 
     anyio.run(scenario)
