@@ -121,6 +121,7 @@ async def serve(
             tg.start_soon(node.consumer_timeout_loop)
             tg.start_soon(node.gray.run)
             tg.start_soon(node.routes.run)
+            tg.start_soon(node.breakers.run)
             if link is not None:
                 tg.start_soon(link.run, position)
                 tg.start_soon(report_progress, node.all_queues)

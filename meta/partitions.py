@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
 
+from meta.breaker_policy import BREAKER_KEY, BreakerInvalid, parse_breaker
 from meta.checks import DEFAULT_QUEUE_TYPE, queue_type_of
 from meta.models import Policy, QueueDef
 
@@ -69,7 +70,12 @@ def gray_refusal(queue: QueueDef) -> str | None:
 
 
 def check_policy_definition(definition: Mapping[str, Any]) -> None:
-    """The partition keys of a policy's definition, on their own."""
+    """The partition keys (and the depth breaker) of a policy's definition, on their own."""
+    if BREAKER_KEY in definition:
+        try:
+            parse_breaker(definition[BREAKER_KEY])
+        except BreakerInvalid as error:
+            raise PolicyInvalid(str(error)) from None
     partitions = definition.get(PARTITIONS_KEY)
     if PARTITIONS_KEY in definition and not _in_range(partitions):
         raise PolicyInvalid(

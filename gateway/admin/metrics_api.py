@@ -67,7 +67,8 @@ GLOBAL_COUNTERS = (
 )  # fmt: skip
 # Per-queue fields of the snapshot, in order.
 QUEUE_FIELDS = ("ready", "unacked", "consumers", "published", "delivered", "acked", "ready_bytes",
-                "retention_dropped", "held_bytes", "lag_s", "stopped", "messages")  # fmt: skip
+                "retention_dropped", "held_bytes", "lag_s", "stopped", "messages",
+                "breaker_tripped", "breaker_trips", "breaker_tripped_s")  # fmt: skip
 HELD_BYTES = QUEUE_FIELDS.index("held_bytes")
 
 
@@ -177,7 +178,16 @@ def _queue_row(
         0.0 if lag is None else lag,
         1.0 if queue.paused else 0.0,
         counts.messages,
+        *_breaker_fields(queue),
     )
+
+
+def _breaker_fields(queue: QueueRuntime) -> tuple[float, float, float]:
+    breaker = queue.breaker
+    if breaker is None:
+        return 0.0, 0.0, 0.0
+    tripped_s = breaker.time_tripped(queue.clock.monotonic())
+    return float(breaker.tripped), float(breaker.trips), tripped_s
 
 
 class SnapshotCollector(Collector):
@@ -250,6 +260,8 @@ def _node_gauges(s: Snapshot) -> Iterator[Metric]:
             yield _gauge(name, text, g[f"total_{QUEUE_FIELDS[index]}"])
         messages = g["total_ready"] + g["total_unacked"]
         yield _gauge("rabbitmq_queue_messages", "Ready and unacknowledged messages", messages)
+        yield _gauge("mqgw_queue_breakers_tripped", "Queues whose depth breaker is tripped",
+                     g["total_breaker_tripped"])  # fmt: skip
 
 
 def _histogram(name: str, text: str, histogram: Histogram) -> Metric:
@@ -316,6 +328,10 @@ _PER_QUEUE = (
     (GaugeMetricFamily, "mqgw_queue_paused", "Consumption stopped by a control (1)", 10),
     (GaugeMetricFamily, "rabbitmq_queue_messages", "Ready and unacknowledged messages", 11),
     (GaugeMetricFamily, "mqgw_queue_consumer_lag_messages", "Messages not yet consumed", 11),
+    (GaugeMetricFamily, "mqgw_queue_breaker_tripped", "Depth breaker tripped (1)", 12),
+    (CounterMetricFamily, "mqgw_queue_breaker_trips", "Times its depth breaker tripped", 13),
+    (CounterMetricFamily, "mqgw_queue_breaker_tripped_seconds", "Time its depth breaker "
+     "spent tripped", 14),
 )  # fmt: skip
 
 

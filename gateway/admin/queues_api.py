@@ -92,6 +92,9 @@ def queue_stats(
             "max_age_ms": behaviour.max_age_ms,
             "disk_overflow": behaviour.disk_overflow,
             "ordering": ordering_summary(queue),
+            "breaker": None
+            if queue.breaker is None
+            else queue.breaker.view(queue.clock.monotonic()),
         },
     }
 
@@ -244,6 +247,19 @@ def routes(node: Node) -> APIRouter:
             for p in await node.meta.list_policies()
             if may_see(node, user, p.vhost)
         ]
+
+    @router.get("/api/policies/{vhost}", summary="The policies of a vhost")
+    async def vhost_policies(vhost: str, user: User = management) -> list[dict[str, Any]]:
+        vhost_or_404(vhost, user)
+        return [p.model_dump(by_alias=True) for p in await node.meta.list_policies(vhost)]
+
+    @router.get("/api/policies/{vhost}/{name}", summary="One policy")
+    async def policy(vhost: str, name: str, user: User = management) -> dict[str, Any]:
+        vhost_or_404(vhost, user)
+        for p in await node.meta.list_policies(vhost):
+            if p.name == name:
+                return p.model_dump(by_alias=True)
+        raise HTTPException(404, f"no policy '{name}' in vhost '{vhost}'")
 
     @router.put("/api/policies/{vhost}/{name}", status_code=201, summary="Set a policy")
     async def put_policy(

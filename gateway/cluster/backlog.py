@@ -103,6 +103,7 @@ class _Sample:
     takers: int
     positions: tuple[int, ...]
     moved_at: float  # when the reported positions last changed (-inf: never seen)
+    depth: int = 0  # the queue's ready messages by the broker (as x-max-length counts them)
 
 
 class RemoteBacklog:
@@ -166,6 +167,7 @@ class RemoteBacklog:
             max((p.takers for p in reported), default=0),
             positions,
             moved_at,
+            sum(p.ready for p in stats.partitions),
         )
         self._samples[queue_id] = sample
         if len(self._samples) > SAMPLES_KEPT:

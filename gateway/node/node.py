@@ -27,6 +27,7 @@ from gateway.node.users import Users
 from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
 from gateway.queues import delivery_marks
+from gateway.queues.breaker import BreakerWatch
 from gateway.queues.ordered import OrderedRuntime
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
@@ -118,6 +119,15 @@ class Node:
         self.gray.on_end = self._gray_end
         # Keyed-order queues' route changes in progress (gateway/vhost/rescale.py).
         self.routes = RouteKeeper(self._keyed_queues)
+        # Depth breakers (gateway/queues/breaker.py): judged by the runtime's count here, by
+        # the broker's on a cluster.
+        self.breakers = BreakerWatch(self.all_queues, self._queue_depth,
+                                     self.scheduler.clock.monotonic)  # fmt: skip
+
+    async def _queue_depth(self, queue: QueueRuntime) -> int:
+        if self.remote_backlog is None:
+            return queue.ready_count
+        return (await self.remote_backlog.sample(queue)).depth
 
     def _keyed_queues(self) -> Iterator[tuple[VirtualHost, OrderedRuntime]]:
         for host in list(self.vhosts.values()):

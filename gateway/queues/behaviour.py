@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from meta.breaker_policy import BreakerSpec, breaker_of
 from meta.queue_arguments import parse_max_age
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -41,6 +42,7 @@ class QueueBehaviour:
     # Gray release (gateway/queues/gray_lanes.py): the first ceil(K/2) and last floor(K/2)
     # partitions carry gray traffic; 0 is none.
     gray_partitions: int = 0
+    breaker: BreakerSpec | None = None  # policy ``breaker`` (gateway/queues/breaker.py)
 
     @property
     def has_limits(self) -> bool:
@@ -121,6 +123,7 @@ def behaviour_of(
         and overflow == "reject-publish"
         and dlx is not None,
         gray_partitions=_gray_partitions(arg("mqgw-gray-partitions"), pol.get("gray-partitions")),
+        breaker=breaker_of(pol),
         counts_deliveries=quorum
         or _int(arg("delivery-limit")) is not None
         or _int(pol.get("delivery-limit")) is not None,

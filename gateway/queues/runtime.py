@@ -38,6 +38,7 @@ import anyio
 from gateway.amqp import Publish
 from gateway.queues import repositioning
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
+from gateway.queues.breaker import DepthBreaker, breaker_for, note
 from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.consumer import LANE_ALL
 from gateway.queues.consumer_choice import ConsumerChoice
@@ -112,7 +113,9 @@ class QueueRuntime:
         self.choice = ConsumerChoice() if choice is None else choice
         self.consumers = self.choice.consumers
         self.next_consumer: Callable[[], Consumer | None] = self.choice.next_consumer
-        self.rejects_publish = self.behaviour.rejects_publish  # read per publish: a plain field
+        # The depth breaker (gateway/queues/breaker.py), if its policy has one.
+        self.breaker: DepthBreaker | None = None
+        self.rejects_publish = False  # read per publish: a plain field (_set_rejects)
         self.plain = self._is_plain()  # may deliver_now (read per publish: a plain field)
         self.dead_letters = DeadLettering(self, outbox)  # outbox: the vhost's; None: dropped
         # The push scheduler's wake (None in unit tests): for what the queue itself decides
@@ -171,6 +174,7 @@ class QueueRuntime:
         self.delivered = 0  # total deliveries (consumers and basic.get), for stats and tests
         self.limits = LengthLimits(self)  # append limits, drop-head
         self.limits.send_append_limit()
+        self._set_rejects()
 
     async def start(self) -> None:
         """Resume from the committed offsets: what was in flight at a stop is redelivered."""
@@ -211,9 +215,28 @@ class QueueRuntime:
 
     def set_behaviour(self, behaviour: QueueBehaviour) -> None:
         self.behaviour = behaviour
-        self.rejects_publish = behaviour.rejects_publish
         self.plain = self._is_plain()
         self.limits.send_append_limit()
+        self._set_rejects()
+
+    def _set_rejects(self) -> None:
+        """A publish asks this queue first when it may refuse (reject-publish, a breaker)."""
+        b = self.behaviour
+        self.breaker = breaker_for(b.breaker, b.max_length, self.breaker, self.clock.monotonic())
+        self.rejects_publish = b.rejects_publish or (
+            self.breaker is not None and not self.breaker.blocks
+        )
+
+    def breaker_refuses(self) -> bool:
+        """A reject breaker refuses this publish: tripped, or (one node) tripped by it."""
+        breaker = self.breaker
+        if breaker is None or breaker.blocks:
+            return False
+        if self.leases is None:  # exact here: judged as the publish would count
+            note(self, breaker.judge(self.ready_count + 1, self.clock.monotonic()))
+        if breaker.tripped:
+            breaker.refused += 1
+        return breaker.tripped
 
     def _is_plain(self) -> bool:
         """A one-partition classic FIFO queue without limits, TTL or delivery counting: a
@@ -227,6 +250,7 @@ class QueueRuntime:
             and arguments.get("x-queue-type", "classic") == "classic"
             and arguments.get("x-consume-mode") != "broadcast"
             and not b.has_limits
+            and b.breaker is None
             and b.message_ttl_ms is None
             and not b.counts_deliveries
         )

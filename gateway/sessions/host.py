@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gateway.features.gray import GrayRegistry
     from gateway.features.log_timer import LogTimer
     from gateway.observe.stats import NodeStats
+    from gateway.queues.breaker import BreakerWatch
     from gateway.observe.tracing import Tracing
     from gateway.queues.runtime import QueueRuntime
     from gateway.queues.scheduler import PushScheduler
@@ -68,6 +69,8 @@ class SessionHost(Protocol):
     def cluster(self) -> ClusterLink | None: ...
     @property
     def remote_backlog(self) -> RemoteBacklog | None: ...
+    @property
+    def breakers(self) -> BreakerWatch: ...
 
     # What sessions keep up to date in it.
     @property

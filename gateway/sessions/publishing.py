@@ -212,12 +212,15 @@ def _record(
 def _refuse_overflow(
     queues: list[QueueRuntime], publish: Publish, properties: bytes, record_flags: int
 ) -> list[QueueRuntime]:
-    """x-overflow reject-publish(-dlx): full queues drop out of the destinations (the
-    publisher is nacked); reject-publish-dlx dead-letters the message from them."""
+    """x-overflow reject-publish(-dlx) and reject breakers: full queues drop out of the
+    destinations (the publisher is nacked); reject-publish-dlx dead-letters the message from
+    them (a breaker's refusal dead-letters nothing)."""
     size = len(publish.body)
     accepted = []
     for queue in queues:
-        if not (queue.rejects_publish and queue.would_overflow(size)):
+        if queue.breaker_refuses():  # a tripped depth breaker (gateway/queues/breaker.py)
+            continue
+        if not (queue.behaviour.rejects_publish and queue.would_overflow(size)):
             accepted.append(queue)
             continue
         queue.rejected_publishes += 1

@@ -437,6 +437,8 @@ class Session:
         if self.publish_limits is not None:
             await self._hold_for_publish_rate(batch)
         for queue in woken:
+            if queue.breaker is not None:
+                await self._judge_breaker(queue)
             if queue.congested():
                 self.node.stats.flow_holds_local += 1
                 await self._wait_for_consumers(queue)
@@ -492,6 +494,19 @@ class Session:
         """Bytes to read at once: little while publish limits apply, so that one read cannot
         hold many seconds' worth of a slow rate (the rate is paid after each read)."""
         return default if self.publish_limits is None else THROTTLED_READ_SIZE
+
+    async def _judge_breaker(self, queue: QueueRuntime) -> None:
+        """A depth breaker is judged after every append to its queue; a tripped ``block``
+        one holds this connection (not read: its state is "flow") until it resets."""
+        await self.node.breakers.judge(queue)
+        breaker = queue.breaker
+        if breaker is None or not (breaker.tripped and breaker.blocks):
+            return
+        self.flow_holds += 1
+        try:
+            await breaker.reset_signal().wait()
+        finally:
+            self.flow_holds -= 1
 
     async def _wait_for_consumers(self, queue: QueueRuntime) -> None:
         """Flow control: this connection is not read while a queue it publishes to is far

@@ -207,6 +207,9 @@
     rebuild($("queues-table").tBodies[0], rows.length ? rows : [h("tr", {}, h("td", { colspan: "12", class: "muted", text: "No queues." }))]);
   }
 
+  // A depth breaker (policy "breaker"): its state, bounds and how often it tripped.
+  const breakerText = (b) => `${b.state} (${b.action} above ${num(b.high)}, until below ${num(b.low)}) · ${num(b.trips)} trips · ${b.tripped_seconds.toFixed(1)} s tripped`;
+
   async function renderQueue(vhost, name) {
     $("queue-title").textContent = `${name} (vhost ${vhost})`;
     const q = await load(`/api/queues/${enc(vhost)}/${enc(name)}`);
@@ -220,7 +223,8 @@
       tile("ready", num(q.messages_ready)), tile("unacked", num(q.messages_unacknowledged)), tile("consumers", num(q.consumers)),
       tile("lag", lagText(q)), tile("published", num(m.published)), tile("delivered", num(m.delivered)), tile("acked", num(m.acked)),
       tile("dead-lettered", num(m.dead_lettered)), tile("dropped by retention", num(m.dropped_by_retention)),
-      tile("commitlog held", bytes(m.commitlog_bytes_held)), tile("control", controlText(m.control), "control"));
+      tile("commitlog held", bytes(m.commitlog_bytes_held)), tile("control", controlText(m.control), "control"),
+      ...(m.breaker ? [tile("breaker", breakerText(m.breaker), "breaker")] : []));
     const controls = h("div", { class: "controls" }, controlButtons(queueControlPath(vhost, name), `queue ${name}`));
     rebuild($("queue-controls"), [controls]);
     const partitions = Array.isArray(m.partition_details) ? m.partition_details : [];
