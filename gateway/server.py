@@ -81,6 +81,7 @@ async def serve(
         node.cluster = link
         if link is not None:
             node.remote_backlog = RemoteBacklog(node.store)
+            node.breakers.watch_all = True
         await node.start()
         position = await link.start() if link is not None else ""
         _tune_gc()

@@ -104,6 +104,7 @@ class _Sample:
     positions: tuple[int, ...]
     moved_at: float  # when the reported positions last changed (-inf: never seen)
     depth: int = 0  # the queue's ready messages by the broker (as x-max-length counts them)
+    routed_here: int = 0  # the queue's ``enqueued`` here when read: what was routed since
 
 
 class RemoteBacklog:
@@ -168,6 +169,7 @@ class RemoteBacklog:
             positions,
             moved_at,
             sum(p.ready for p in stats.partitions),
+            queue.enqueued,
         )
         self._samples[queue_id] = sample
         if len(self._samples) > SAMPLES_KEPT:

@@ -127,7 +127,9 @@ class Node:
     async def _queue_depth(self, queue: QueueRuntime) -> int:
         if self.remote_backlog is None:
             return queue.ready_count
-        return (await self.remote_backlog.sample(queue)).depth
+        # The broker's count (at most SAMPLE_TTL_S old) and what this gateway routed since.
+        sample = await self.remote_backlog.sample(queue)
+        return sample.depth + max(0, queue.enqueued - sample.routed_here)
 
     def _keyed_queues(self) -> Iterator[tuple[VirtualHost, OrderedRuntime]]:
         for host in list(self.vhosts.values()):

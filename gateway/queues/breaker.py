@@ -9,7 +9,9 @@ resets tripped ones.
   message's other queues); ``block`` holds the connections that published to it, and only
   those, by not reading them (RabbitMQ's credit flow: nothing refused or lost).
 - **Reset** once the depth is below ``low``: looked at every ``WATCH_S`` while tripped
-  (consumers drain it without publishing), and at every publish on one node.
+  (consumers drain it without publishing), and at every publish on one node. A cluster
+  gateway looks at every breaker each ``WATCH_S``: one trips when the others' publishes
+  passed high, before a publish of its own goes through.
 """
 
 from __future__ import annotations
@@ -133,6 +135,9 @@ class BreakerWatch:
         self.queues = queues
         self.depth = depth
         self.now = now
+        # A cluster: every breaker is looked at each WATCH_S, not only the tripped ones, so
+        # that a gateway trips when others' publishes pass high (before its own next one).
+        self.watch_all = False
 
     async def judge(self, queue: QueueRuntime) -> None:
         if queue.breaker is None:
@@ -148,7 +153,7 @@ class BreakerWatch:
     async def pass_once(self) -> None:
         for queue in list(self.queues()):
             breaker = queue.breaker
-            if breaker is None or not breaker.tripped:
+            if breaker is None or not (breaker.tripped or self.watch_all):
                 continue
             if queue.deleted:
                 breaker.release(self.now())
