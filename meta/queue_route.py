@@ -37,7 +37,8 @@ MAX_LOGICAL = 65536
 MAX_ROUTE_PARTITIONS = 4096  # physical partitions a queue may ever have used
 COMMAND_EXCHANGE = "\x00mqgw.route"  # a command record's exchange: no AMQP name has it
 
-PartitionState = Literal["open", "closing", "draining", "removed"]
+PartitionState = Literal["opening", "open", "closing", "draining", "removed"]
+RouteKind = Literal["key", "channel"]
 
 
 class _Model(BaseModel):
@@ -51,7 +52,9 @@ class RoutePartition(_Model):
     group: str = ""  # its broker group ("" on the embedded node)
     state: PartitionState = "open"
     opened_in: int = 1
-    after: tuple[int, ...] = ()  # the partitions it replaced: it delivers once they drained
+    # Keyed: the partitions it replaced (it delivers once they drained). Channel: the
+    # partitions it moves (they close when it opens: meta/channel_route.py).
+    after: tuple[int, ...] = ()
     closed_in: int | None = None
     closed_at: int | None = None  # the offset of its command record
 
@@ -73,6 +76,9 @@ class QueueRoute(_Model):
     vhost: str
     queue: str
     queue_id: int
+    # "key": a keyed-order queue's (ranges of logical partitions); "channel": a plain queue
+    # that was scaled, whose publishers keep a partition per channel (meta/channel_route.py).
+    by: RouteKind = "key"
     logical: int = DEFAULT_LOGICAL
     header: str | None = None  # the key's header; None: the routing key
     versions: tuple[RouteVersion, ...]  # oldest first, strictly consecutive
@@ -95,6 +101,8 @@ class QueueRoute(_Model):
         return self.partitions[number]
 
     def open_partitions(self) -> list[int]:
+        if self.by == "channel":
+            return [p.partition for p in self.partitions if p.state == "open"]
         return [r.partition for r in self.ranges]
 
     def read_partitions(self) -> list[int]:
@@ -111,9 +119,10 @@ class QueueRoute(_Model):
     def in_progress(self) -> str | None:
         """Why no change may start now (one at a time), or None."""
         for p in self.partitions:
-            if p.state in ("closing", "draining"):
+            if p.state in ("opening", "closing", "draining"):
+                version = p.opened_in if p.state == "opening" else p.closed_in
                 return (
-                    f"a change is in progress: version {p.closed_in} is not complete "
+                    f"a change is in progress: version {version} is not complete "
                     f"(partition {p.partition} is {p.state})"
                 )
         return None

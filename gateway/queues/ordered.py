@@ -32,7 +32,6 @@ from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.partition_holders import PartitionHolders
 from gateway.queues.rate_limit import TokenBucket
 from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
-from meta.cluster import HandedNote
 from meta.models import QueueDef
 from meta.queue_route import COMMAND_EXCHANGE, QueueRoute, gate_open, logical_of
 from storage import DeliveryProgress, PartitionStats, StoredMessage, StorePort
@@ -52,6 +51,7 @@ UNHELD = -2  # ... among the partitions no consumer holds (basic.get)
 
 class OrderedRuntime(QueueRuntime):
     keyed = True
+    route: QueueRoute  # always: it runs on it
 
     def __init__(
         self,
@@ -77,40 +77,11 @@ class OrderedRuntime(QueueRuntime):
         self.route = route
         self._table: list[int] = []
         self.header: str | None = None
-        self._started = False  # no wakes before start: the cursors are not set yet
-        # Cluster: removed partitions whose committed offset in the store lies below their
-        # command record (a broker failover lost the last commits): held a moment to commit
-        # past it, or they would hold the log back for good (RouteKeeper.check_removed).
-        self.behind_removed: set[int] = set()
         self._grow(len(route.partitions))
         self.set_route(route)
 
-    async def start(self) -> None:
-        await super().start()
-        self.pass_removed_records()
-        self._started = True
-
-    def pass_removed_records(self) -> None:
-        """A removed partition drained before anyone read its command record (nobody needs
-        to): read positions move past it, and it leaves the ready count."""
-        for part in self.route.partitions:
-            if part.state != "removed" or part.closed_at is None:
-                continue
-            p = part.partition
-            if self.cursors[p] <= part.closed_at and not self.pending[p] and not self.back[p]:
-                self.ready_count -= part.closed_at + 1 - self.cursors[p]
-                self.cursors[p] = part.closed_at + 1
-                self.commit_dirty = True
-
-    async def take_over(self, partition: int, handed: HandedNote | None = None) -> None:
-        """A removed partition is taken only to commit past its command record (see
-        ``behind_removed``): nothing of it is delivered."""
-        await super().take_over(partition, handed)
-        parts = self.route.partitions
-        if partition < len(parts) and parts[partition].state == "removed":
-            self.pass_removed_records()
-            await self.commit()
-            self.behind_removed.discard(partition)
+    def _holds_of(self, partition: int) -> bool:
+        return bool(self.pending[partition] or self.back[partition])
 
     def start_leasing(self) -> None:
         super().start_leasing()
@@ -153,7 +124,7 @@ class OrderedRuntime(QueueRuntime):
         return bool(self.consumers) and part.state != "removed" and gate_open(self.route, partition)
 
     def _wake(self) -> None:
-        if self._started and self.wake is not None:
+        if self.started and self.wake is not None:
             self.wake(self)
 
     # -- the route --------------------------------------------------------------------------
@@ -167,7 +138,7 @@ class OrderedRuntime(QueueRuntime):
             table[r.start : r.end] = [r.partition] * (r.end - r.start)
         self._table = table
         self._grow(len(route.partitions))
-        if self._started:
+        if self.started:
             self.pass_removed_records()
         self._set_readable()
         self._wake()
@@ -193,15 +164,7 @@ class OrderedRuntime(QueueRuntime):
         self.pending.extend(deque() for _ in range(extra))
         self.back.extend([] for _ in range(extra))
         self.unread.extend([False] * extra)
-        more = partitions - self.partitions
-        if more > 0:
-            self.partitions = partitions
-            for values in (self.cursors, self.maybe_delivered, self.delivered_below,
-                           self.restart_below, self.fences):  # fmt: skip
-                values.extend([0] * more)
-            self.inflight.extend(set() for _ in range(more))
-            if self.leases is not None:
-                self.leases.extend([False] * more)
+        self.grow_partitions(partitions)
         self.normal_parts = tuple(range(partitions))
 
     def key_partition(self, routing_key: str, headers: Mapping[str, Any] | None) -> int:

@@ -47,8 +47,10 @@ from gateway.queues.dead_lettering import DeadLettering, stamped
 from gateway.queues.expiry import deadline_ms, expire_head
 from gateway.queues.length_limits import LengthLimits
 from gateway.queues.rate_limit import TokenBucket
+from meta.channel_route import successor
 from meta.cluster import HandedNote
 from meta.models import QueueDef
+from meta.queue_route import COMMAND_EXCHANGE, QueueRoute
 from storage import (
     QUEUE_GROUP,
     DeliveryProgress,
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from gateway.queues.consumer import QueueConsumer as Consumer
 
 log = logging.getLogger("mqgw.queue")
+COMMAND = COMMAND_EXCHANGE.encode()  # a route change's command record: never delivered
 
 FETCH_BATCH = 256
 LOW_WATER = 64
@@ -140,6 +143,15 @@ class QueueRuntime:
         # Attached while its broker group was down (cluster): not started, not delivered,
         # until VirtualHost.start_waiting finds the group back.
         self.waiting_for_broker = False
+        # A plain queue that was scaled runs on its route (meta/channel_route.py): publishers
+        # write to ``write_parts`` only (empty: every partition, the queue never scaled).
+        self.route: QueueRoute | None = None
+        self.write_parts: tuple[int, ...] = ()
+        self.started = False  # no route-driven moves of the cursors before start sets them
+        # Cluster: removed partitions whose committed offset in the store lies below their
+        # command record (a broker failover lost the last commits): held a moment to commit
+        # past it, or they would hold the log back for good (RouteKeeper.check_removed).
+        self.behind_removed: set[int] = set()
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
         self.requeued: list[tuple[int, int, StoredMessage]] = []  # (commit offset, partition, m)
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]
@@ -192,6 +204,8 @@ class QueueRuntime:
         self.ready_count = ready
         if self.behaviour.max_length_bytes is not None:
             await self.recount_bytes()
+        self.started = True
+        self.pass_removed_records()
 
     async def leave_lost_transients(self) -> None:
         """After start (embedded node): transient messages stored before the store opened are
@@ -274,11 +288,19 @@ class QueueRuntime:
     def pick_partition(self, gray: bool = False) -> int:
         """Where a message without a sticky channel goes: any partition (delivery merges
         them by commit offset), or, where the queue has gray ones, one of its lane's."""
+        if self.write_parts:  # scaled: the open ones
+            return random.choice(self.write_parts)
         if self.partitions == 1:
             return 0
         if self.gray_parts:
             return random.choice(self.gray_parts if gray else self.normal_parts)
         return random.randrange(self.partitions)
+
+    def successor(self, partition: int) -> int:
+        """A scaled queue: where a channel whose ``partition`` closed writes from now on."""
+        if self.route is None or partition in self.write_parts:
+            return partition
+        return successor(self.route, partition)
 
     def key_partition(self, routing_key: str, headers: Mapping[str, Any] | None) -> int:
         """A keyed-order queue's partition for a message (gateway/queues/ordered.py)."""
@@ -455,8 +477,22 @@ class QueueRuntime:
         # absorbed meanwhile (caught_up) would come back in this read too, twice.
         self.exhausted = False
         read, ends, more = await self._read_partitions(range(self.partitions))
-        self.buffer.extend(read)
+        self.buffer.extend(read if self.route is None else self._without_commands(read))
         self._filled(ends, more)
+
+    def _without_commands(
+        self, read: Iterable[tuple[int, StoredMessage]]
+    ) -> list[tuple[int, StoredMessage]]:
+        """A scaled queue: the command records closing its partitions are never delivered
+        (counted ready until read, as a start counts them from the store's ends)."""
+        kept = []
+        for item in read:
+            if item[1].exchange == COMMAND:
+                self.ready_count -= 1
+                self.commit_dirty = True
+            else:
+                kept.append(item)
+        return kept
 
     async def _read_partitions(
         self, partitions: Iterable[int]
@@ -545,8 +581,11 @@ class QueueRuntime:
         )
 
     def counted(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]:
-        """The partitions whose ready messages are the queue's (all it knows)."""
-        return self.known(parts)
+        """The partitions whose ready messages are the queue's (all it knows; a removed
+        one counts nothing: what it held before its command record was settled)."""
+        if self.route is None:
+            return self.known(parts)
+        return [s for s in self.known(parts) if not self.is_removed(s.partition)]
 
     def known(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]:
         """The store's partitions this runtime knows: on a cluster a keyed-order queue's
@@ -821,16 +860,28 @@ class QueueRuntime:
         self.leases = [False] * self.partitions
 
     def holds_all_leases(self) -> bool:
-        return self.leases is None or all(self.leases)
+        """Cluster: the leases of every partition that may still deliver."""
+        if self.leases is None:
+            return True
+        if self.route is None:
+            return all(self.leases)
+        return all(held or self.is_removed(p) for p, held in enumerate(self.leases))
 
     def may_serve(self) -> bool:
         """Whether this gateway delivers anything of the queue now (cluster: its leases;
         a queue with gray partitions: those of one lane are enough)."""
-        return self.leases is None or all(self.leases)
+        return self.holds_all_leases()
 
     def wants_partition(self, partition: int) -> bool:
-        """Whether a consumer here reads ``partition`` (cluster: worth holding its lease)."""
-        return bool(self.consumers)
+        """Whether a consumer here reads ``partition`` (cluster: worth holding its lease).
+        A scaled queue: the lowest partition not removed first, the others by its holder
+        (one gateway delivers the whole queue: a partition opened by a grow goes to it)."""
+        if self.route is None or partition in self.behind_removed:
+            return bool(self.consumers)
+        if not self.consumers or self.is_removed(partition):
+            return False
+        lead = next((p.partition for p in self.route.partitions if p.state != "removed"), 0)
+        return partition == lead or self.holds_lease(lead)
 
     def holds_lease(self, partition: int) -> bool:
         return self.leases is None or self.leases[partition]
@@ -864,6 +915,74 @@ class QueueRuntime:
         )
         self.exhausted = False
         self.set_lease(partition, True)
+        if self.is_removed(partition):  # taken only to commit past its command record
+            self.pass_removed_records()
+            await self.commit()
+            self.behind_removed.discard(partition)
+
+    # -- a scaled queue's route (meta/channel_route.py, gateway/vhost/rescale.py) -----------
+
+    def set_route(self, route: QueueRoute) -> None:
+        """A new version, or a partition's state changed: publishers write to the open
+        partitions, readers read every partition not removed (a new one from its start)."""
+        self.route = route
+        self.grow_partitions(len(route.partitions))
+        self.write_parts = tuple(route.open_partitions())
+        self.plain = self._is_plain()
+        if self.started:
+            self.pass_removed_records()
+            self.exhausted = False
+            if self.wake is not None:
+                self.wake(self)
+
+    def grow_partitions(self, partitions: int) -> None:
+        """The store queue gained partitions: every per-partition list reaches the count."""
+        more = partitions - self.partitions
+        if more <= 0:
+            return
+        self.partitions = partitions
+        for values in (self.cursors, self.maybe_delivered, self.delivered_below,
+                       self.restart_below, self.fences):  # fmt: skip
+            values.extend([0] * more)
+        self.inflight.extend(set() for _ in range(more))
+        if self.leases is not None:
+            self.leases.extend([False] * more)
+
+    def is_removed(self, partition: int) -> bool:
+        route = self.route
+        return (
+            route is not None
+            and partition < len(route.partitions)
+            and route.partitions[partition].state == "removed"
+        )
+
+    def command_appended(self, partition: int) -> None:
+        """A change appended its command record to ``partition``: read up to it (it is
+        counted ready until read, as a start counts it from the store's ends)."""
+        self.ready_count += 1
+        self.exhausted = False
+        if self.started and self.wake is not None:
+            self.wake(self)
+
+    def pass_removed_records(self) -> None:
+        """A removed partition drained before anyone read its command record (nobody needs
+        to): read positions move past it, and it leaves the ready count."""
+        if self.route is None:
+            return
+        for part in self.route.partitions:
+            if part.state != "removed" or part.closed_at is None:
+                continue
+            p = part.partition
+            if self.cursors[p] <= part.closed_at and not self._holds_of(p):
+                self.ready_count -= part.closed_at + 1 - self.cursors[p]
+                self.cursors[p] = part.closed_at + 1
+                self.commit_dirty = True
+
+    def _holds_of(self, partition: int) -> bool:
+        """Messages of ``partition`` read and not handed out."""
+        return any(p == partition for p, _ in self.buffer) or any(
+            p == partition for _, p, _ in self.requeued
+        )
 
     async def commit_partition(self, partition: int) -> bool:
         """The last commit of ``partition`` before its lease goes (it is no longer marked

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from gateway.features.gray import GrayRegistry
     from gateway.features.log_timer import LogTimer
     from gateway.observe.stats import NodeStats
-    from gateway.queues.breaker import BreakerWatch
     from gateway.observe.tracing import Tracing
+    from gateway.queues.breaker import BreakerWatch
     from gateway.queues.runtime import QueueRuntime
     from gateway.queues.scheduler import PushScheduler
     from gateway.resources.alarms import Alarms

@@ -43,7 +43,7 @@ class StubStore:
         return QueueStats(queue_id, [part], part.ready, 0)
 
 
-QUEUE = cast(QueueRuntime, SimpleNamespace(queue_id=7))
+QUEUE = cast(QueueRuntime, SimpleNamespace(queue_id=7, enqueued=0))
 
 
 def backlog() -> tuple[RemoteBacklog, StubStore, FakeClock]:
@@ -127,8 +127,8 @@ async def test_samples_of_queues_no_longer_published_to_are_let_go() -> None:
     remote, store, clock = backlog()
     store.report = (5, 1, 10)
     for queue_id in range(SAMPLES_KEPT):
-        await remote.sample(cast(QueueRuntime, SimpleNamespace(queue_id=queue_id)))
+        await remote.sample(cast(QueueRuntime, SimpleNamespace(queue_id=queue_id, enqueued=0)))
     clock.advance(SAMPLE_KEEP_S + 1)
-    newest = cast(QueueRuntime, SimpleNamespace(queue_id=SAMPLES_KEPT))
+    newest = cast(QueueRuntime, SimpleNamespace(queue_id=SAMPLES_KEPT, enqueued=0))
     await remote.sample(newest)  # one more than kept: the ones unread for long go
     assert list(remote._samples) == [SAMPLES_KEPT]
