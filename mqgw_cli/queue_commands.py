@@ -11,6 +11,7 @@ from rich.console import Console
 
 from mqgw_cli.admin_client import AdminUnreachable, call, failure
 from mqgw_cli.admin_target import AdminConfigError, add_admin_options, admin_target
+from mqgw_cli.elastic_commands import add_elastic_commands
 from mqgw_cli.rescale_commands import add_rescale_command
 
 __all__ = ["add_admin_options", "add_queue_commands", "redrive", "reset"]
@@ -93,3 +94,4 @@ def add_queue_commands(commands: Any) -> None:
     add_admin_options(sub)
     sub.set_defaults(func=reset)
     add_rescale_command(queue_cmds)
+    add_elastic_commands(queue_cmds)

@@ -24,6 +24,7 @@ from gateway.admin import (
     controls_api,
     dashboard,
     definitions_api,
+    elastic_api,
     gray_api,
     messages_api,
     metrics_api,
@@ -130,7 +131,8 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(offsets_api.routes(node))  # POST /api/queues/{vhost}/{name}/reset
     app.include_router(vhost_limits_api.routes(node))  # /api/vhost-limits
     app.include_router(gray_api.routes(node))  # /api/gray/rules
-    app.include_router(rescale_api.routes(node))  # /api/queues/{vhost}/{name}/rescale, route
+    app.include_router(rescale_api.routes(node))  # /api/queues/{vhost}/{name}/rescale
+    app.include_router(elastic_api.routes(node))  # .../scale, .../move, .../route
     app.include_router(dashboard.routes())  # `/` and /dashboard/*: the web page (no data)
     # Cluster: what the other gateways' views show of this one (gateway/cluster/views.py).
     cluster_views.attach(node, lambda: view_snapshot(node))

@@ -8,8 +8,9 @@
   once reached). 409 with the reason when QMQ's constraints refuse it (a change in
   progress, ranges that are not adjacent, an unknown or closed partition), 400 for a body
   that says none or several, or a queue that is not keyed. Policymaker tag.
-- ``GET /api/queues/{vhost}/{name}/route``: the route's history, each physical partition's
-  state, range and broker group, and where each consumer is. Management tag.
+- ``GET /api/queues/{vhost}/{name}/route`` (gateway/admin/elastic_api.py): the route's
+  history, each physical partition's state, range and broker group, and where each consumer
+  is. Management tag.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import anyio
 from fastapi import APIRouter, Body, Depends, HTTPException, Response
 
-from gateway.admin.auth import MANAGEMENT, POLICYMAKER, requires
+from gateway.admin.auth import POLICYMAKER, requires
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import visible_vhost
 from gateway.queues.ordered import OrderedRuntime
@@ -153,7 +154,6 @@ def known_group(host: VirtualHost, group: str) -> None:
 def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     policymaker = Depends(requires(POLICYMAKER, node))
-    management = Depends(requires(MANAGEMENT, node))
 
     def keyed_queue(vhost: str, name: str, user: User) -> tuple[VirtualHost, OrderedRuntime]:
         host = visible_vhost(node, vhost, user)
@@ -209,10 +209,5 @@ def routes(node: Node) -> APIRouter:
         if not complete and (isinstance(asked, int) or wait):
             response.status_code = 202
         return {"complete": complete, "route": route_json(node, queue, host.placement)}
-
-    @router.get("/api/queues/{vhost}/{name}/route", summary="A keyed-order queue's route")
-    async def route(vhost: str, name: str, user: User = management) -> dict[str, Any]:
-        host, queue = keyed_queue(vhost, name, user)
-        return route_json(node, queue, host.placement)
 
     return router

@@ -65,9 +65,27 @@ def new_queue_runtime(
     clock: Clock = SYSTEM_CLOCK,
     route: QueueRoute | None = None,
 ) -> QueueRuntime:
-    """``route``: a keyed-order queue's (gateway/queues/ordered.py), which it runs on."""
+    """``route``: a keyed-order queue's (gateway/queues/ordered.py), or a plain queue's that
+    was scaled (meta/channel_route.py), which it runs on."""
     choice = consumer_choice(definition)
-    if route is not None:
+    if route is not None and route.by == "key":
         return OrderedRuntime(definition, store, behaviour, outbox, wake, choice, clock, route)
-    runtime = runtime_class(definition)
-    return runtime(definition, store, behaviour, outbox, wake, choice, clock)
+    runtime = runtime_class(definition)(definition, store, behaviour, outbox, wake, choice, clock)
+    if route is not None and scale_refusal(runtime) is None:
+        runtime.set_route(route)
+    return runtime
+
+
+def scale_refusal(queue: QueueRuntime) -> str | None:
+    """Why a plain queue cannot change its partitions (``mqgw queue scale``), or None. A
+    keyed-order queue rescales by its own steps (gateway/vhost/rescale.py)."""
+    if queue.keyed:
+        return None
+    if type(queue) not in (QueueRuntime, GrayLanesRuntime):
+        kind = "stream" if isinstance(queue, StreamQueue) else "priority"
+        return f"a {kind} queue keeps its partitions"
+    if queue.definition.arguments.get("x-consume-mode") == "broadcast":
+        return "a broadcast queue keeps its partitions (each consumer reads them all)"
+    if queue.gray_parts:
+        return "a queue with gray partitions keeps its partitions (end its gray release first)"
+    return None

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from gateway.queues.ordered import OrderedRuntime
+from gateway.features.queue_kinds import scale_refusal
 from gateway.sessions import taps
 from gateway.vhost import keyed_routes
 from meta.change_feed import Change
@@ -117,9 +117,9 @@ async def apply_change(node: Node, change: Change) -> None:
     elif kind == "binding.removed":
         assert isinstance(entity, BindingDef)
         await vhost.forget(Deletions(bindings=(entity,)))
-    elif kind == "route.set":  # a keyed-order queue rescaled: publishers and readers follow
+    elif kind == "route.set":  # a queue rescaled: publishers and readers follow
         runtime = vhost.queues.get(change.name)
-        if isinstance(runtime, OrderedRuntime) and runtime.queue_id in vhost.keyed:
+        if runtime is not None and (runtime.route is not None or scale_refusal(runtime) is None):
             await keyed_routes.follow(vhost, runtime)
 
 
@@ -158,8 +158,9 @@ async def _reload_vhost(node: Node, vhost: VirtualHost) -> None:
     await vhost.rebuild_router()
     for definition in queues.values():
         await vhost.adopt_queue(definition)
-    for runtime in list(vhost.keyed.values()):  # routes changed during the gap
-        await keyed_routes.follow(vhost, runtime)
+    for runtime in list(vhost.queues.values()):  # routes changed (or came) during the gap
+        if runtime.route is not None or scale_refusal(runtime) is None:
+            await keyed_routes.follow(vhost, runtime)
     await vhost.apply_policies()
     await taps.restore_firehose(node, vhost)
     log.info("vhost %r reloaded from the metadata store", vhost.name)

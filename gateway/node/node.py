@@ -28,7 +28,6 @@ from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
 from gateway.queues import delivery_marks
 from gateway.queues.breaker import BreakerWatch
-from gateway.queues.ordered import OrderedRuntime
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.resources import memory
@@ -118,7 +117,7 @@ class Node:
         self.gray = GrayRegistry()
         self.gray.on_end = self._gray_end
         # Keyed-order queues' route changes in progress (gateway/vhost/rescale.py).
-        self.routes = RouteKeeper(self._keyed_queues)
+        self.routes = RouteKeeper(self._routed_queues)
         # Depth breakers (gateway/queues/breaker.py): judged by the runtime's count here, by
         # the broker's on a cluster.
         self.breakers = BreakerWatch(self.all_queues, self._queue_depth,
@@ -131,9 +130,9 @@ class Node:
         sample = await self.remote_backlog.sample(queue)
         return sample.depth + max(0, queue.enqueued - sample.routed_here)
 
-    def _keyed_queues(self) -> Iterator[tuple[VirtualHost, OrderedRuntime]]:
+    def _routed_queues(self) -> Iterator[tuple[VirtualHost, QueueRuntime]]:
         for host in list(self.vhosts.values()):
-            for queue in list(host.keyed.values()):
+            for queue in list(host.routed.values()):
                 yield host, queue
 
     def _gray_end(self, vhost: str, queue: str, ended: bool) -> None:

@@ -18,7 +18,6 @@ from gateway.amqp.errors import AMQPError, NotFound, error_for_code
 from gateway.features.queue_kinds import new_queue_runtime
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
 from gateway.queues.dead_letter import DeadLetter
-from gateway.queues.ordered import OrderedRuntime
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router
@@ -92,10 +91,11 @@ class VirtualHost:
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
         self.firehose: Firehose | None = None  # tracing on (gateway/sessions/taps.py switches it)
         self.placement: QueuePlacement | None = None  # several broker groups (cluster_link)
-        # Keyed-order queues (gateway/queues/ordered.py) by id, and a count of their route
-        # changes here: a publish batch routed before a change is routed again before its
-        # append (``reroute``), so nothing lands in a partition after its command record.
-        self.keyed: dict[int, OrderedRuntime] = {}
+        # Queues on a route, by id: keyed-order ones (gateway/queues/ordered.py) and plain
+        # ones that scaled (meta/channel_route.py); and a count of their route changes here:
+        # a publish batch routed before a change is routed again before its append
+        # (``reroute``), so nothing lands in a partition after its command record.
+        self.routed: dict[int, QueueRuntime] = {}
         self.route_epoch = 0
 
     async def load(self) -> None:
@@ -139,8 +139,8 @@ class VirtualHost:
             self.waiting.add(runtime)
         self.queues[definition.name] = runtime
         self.queues_by_id[definition.queue_id] = runtime
-        if isinstance(runtime, OrderedRuntime):
-            self.keyed[definition.queue_id] = runtime
+        if runtime.route is not None:
+            self.routed[definition.queue_id] = runtime
         self.on_queue_attached(runtime)  # consumption controls in force for it
         self.scheduler.wake(runtime)  # TTL and x-expires start counting now
         return runtime
@@ -151,7 +151,7 @@ class VirtualHost:
             await self.placement.place(definition)
         # A keyed-order queue may have gained partitions since it was declared (its route's).
         await self.store.create_queue(definition.queue_id, runtime.partitions)
-        if isinstance(runtime, OrderedRuntime):
+        if runtime.route is not None:
             await keyed_routes.finish_closing(self, runtime)
         await runtime.start()
 
@@ -327,7 +327,7 @@ class VirtualHost:
         """Append messages routed earlier (tx commit, dead letters, timers); count them in."""
         if not records:
             return
-        if self.keyed:  # routed maybe long before (tx.commit): the newest route
+        if self.routed:  # routed maybe long before (tx.commit): the newest route
             records = self.reroute(records)
         result = await self.append_routed(records, wait_durable)
         woken: set[QueueRuntime] = set()
@@ -340,15 +340,15 @@ class VirtualHost:
         await self.stored(woken, records, result)
 
     async def append_routed(self, records: list[Record], wait_durable: bool) -> AppendResult:
-        """The store's append; with keyed-order queues, what a change made on another
+        """The store's append; with queues on a route, what a change made on another
         gateway closed meanwhile goes to its new partition (keyed_routes)."""
-        if not self.keyed:
+        if not self.routed:
             return await self.store.append(records, wait_durable=wait_durable)
         return await keyed_routes.append_refusing_closed(self, records, wait_durable)
 
     def reroute(self, records: list[Record]) -> list[Record]:
-        """``records`` with their keyed-order queues' partitions from the newest route."""
-        return keyed_routes.reroute(self.keyed, records)
+        """``records`` with their routed queues' partitions from the newest route."""
+        return keyed_routes.reroute(self.routed, records)
 
     def for_append(self, records: list[Record], routed_in: int) -> list[Record]:
         """A batch routed when ``route_epoch`` was ``routed_in``, as it must be appended now:
@@ -411,7 +411,7 @@ class VirtualHost:
                 continue
             del self.queues[definition.name]
             self.queues_by_id.pop(runtime.queue_id, None)
-            self.keyed.pop(runtime.queue_id, None)
+            self.routed.pop(runtime.queue_id, None)
             runtime.deleted = True
             self.on_queue_deleted(runtime)
             if delete_data:

@@ -1,5 +1,7 @@
-"""The vhost's side of keyed-order queues (docs/ordering.md): which queues run on a route,
-the command record that closes a partition, and routing a batch again after a change.
+"""The vhost's side of queues on a route (docs/ordering.md, docs/elastic-queues.md): which
+queues run on one, the command record that closes a partition, and routing a batch again
+after a change. Keyed-order queues have a route from their declaration; a plain queue gets
+one when it is first scaled (gateway/vhost/elastic.py).
 
 A queue is keyed when declared with ``x-mqgw-ordering: key``, or when the policy in force at
 its creation says ``ordering: key``; its route (meta/queue_route.py) is written to the
@@ -13,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -36,6 +38,7 @@ from storage.record import CLOSES, PERSISTENT
 
 if TYPE_CHECKING:
     from gateway.queues.ordered import OrderedRuntime
+    from gateway.queues.runtime import QueueRuntime
     from gateway.vhost.host import VirtualHost
 
 log = logging.getLogger("mqgw.rescale")
@@ -57,7 +60,8 @@ def wants_order(definition: QueueDef, policy: Policy | None, creating: bool) -> 
 async def route_of(
     host: VirtualHost, definition: QueueDef, policy: Policy | None, loading: bool
 ) -> QueueRoute | None:
-    """The queue's route if it is keyed (written now if it is new), else None."""
+    """The queue's route: a keyed one's (written now if it is new), a plain one's that was
+    scaled; else None."""
     stored = await host.meta.get_route(host.name, definition.name)
     if stored is not None and stored.queue_id == definition.queue_id:
         return stored
@@ -90,12 +94,13 @@ def command_record(queue_id: int, partition: int, version: int, wall_ms: int) ->
 
 
 async def append_commands(
-    host: VirtualHost, queue: OrderedRuntime, partitions: list[int]
+    host: VirtualHost, queue: QueueRuntime, partitions: list[int]
 ) -> dict[int, int]:
     """Append the command records closing ``partitions`` (one batch); each one's offset in
     its partition."""
     wall_ms = host.scheduler.clock.wall_ms()
     route = queue.route
+    assert route is not None
     records = [command_record(queue.queue_id, p, route.partitions[p].closed_in or 0, wall_ms)
                for p in partitions]  # fmt: skip
     result = await host.store.append(records, wait_durable=True)
@@ -111,7 +116,7 @@ async def append_commands(
 
 
 async def close(
-    host: VirtualHost, queue: OrderedRuntime, route: QueueRoute, partitions: list[int]
+    host: VirtualHost, queue: QueueRuntime, route: QueueRoute, partitions: list[int]
 ) -> QueueRoute:
     """Publishers on ``route`` and the command records of ``partitions`` appended, with no
     yield between (a batch routed before is routed again before its append: the vhost's
@@ -126,6 +131,7 @@ async def close(
         await host.meta.set_route(updated, route)
     except RouteConflict:  # another gateway closed them first (the same offsets: see above)
         await follow(host, queue)
+        assert queue.route is not None
         return queue.route
     queue.set_route(updated)
     for partition in offsets:
@@ -133,7 +139,7 @@ async def close(
     return updated
 
 
-async def finish_closing(host: VirtualHost, queue: OrderedRuntime) -> None:
+async def finish_closing(host: VirtualHost, queue: QueueRuntime) -> None:
     """At attach (and on a cluster, by the keeper of a gateway that sees a change left so):
     a change that wrote its version but not its command records (the gateway stopped in
     between) completes now. Nothing reached those partitions since: publishers used the new
@@ -141,13 +147,16 @@ async def finish_closing(host: VirtualHost, queue: OrderedRuntime) -> None:
     command record, so a second one appended is refused, and the partition's last offset is
     the first's). A command record appended before the stop and not recorded in the route
     stays in the log, inert (readers skip them all)."""
-    closing = [p.partition for p in queue.route.partitions if p.state == "closing"]
-    if closing:
-        await close(host, queue, queue.route, closing)
+    route = queue.route
+    closing = [] if route is None else [p.partition for p in route.partitions
+                                        if p.state == "closing"]  # fmt: skip
+    if route is not None and closing:
+        await close(host, queue, route, closing)
 
 
-def reroute(keyed: Mapping[int, OrderedRuntime], records: Sequence[Record]) -> list[Record]:
-    """``records`` with each keyed-order queue's partition from its newest route."""
+def reroute(keyed: Mapping[int, QueueRuntime], records: Sequence[Record]) -> list[Record]:
+    """``records`` with each routed queue's partition from its newest route (a keyed one's
+    key's; a plain one's where its channel's closed partition goes, the same for all)."""
     out: list[Record] = []
     for record in records:
         if not any(queue_id in keyed for queue_id, _ in record.destinations):
@@ -160,7 +169,11 @@ def reroute(keyed: Mapping[int, OrderedRuntime], records: Sequence[Record]) -> l
             if queue is None:
                 destinations.append((queue_id, routed))
                 continue
-            if headers is None and queue.header is not None:
+            if not queue.keyed:
+                destinations.append((queue_id, queue.successor(routed)))
+                continue
+            header = cast("OrderedRuntime", queue).header
+            if headers is None and header is not None:
                 headers = decode_properties(bytes(record.properties)).headers or {}
             destinations.append(
                 (queue_id, queue.key_partition(record.routing_key.decode(), headers))
@@ -176,12 +189,16 @@ ROUTE_WAIT_S = 10.0  # how long a refused batch waits for the metadata store to 
 ROUTE_RETRY_S = 0.2
 
 
-async def follow(host: VirtualHost, queue: OrderedRuntime) -> bool:
+async def follow(host: VirtualHost, queue: QueueRuntime) -> bool:
     """The route changed in the metadata store (on the feed, or a refused append says so):
-    this gateway follows its newest version. True if it changed here."""
+    this gateway follows its newest version (a plain queue first scaled elsewhere joins the
+    routed ones). True if it changed here."""
     stored = await host.meta.get_route(host.name, queue.name)
     if stored is None or stored.queue_id != queue.queue_id or stored == queue.route:
         return False
+    if stored.by != ("key" if queue.keyed else "channel"):
+        return False
+    host.routed[queue.queue_id] = queue
     grew = len(stored.partitions) > queue.partitions
     if grew and host.placement is not None:
         await host.placement.refresh(queue.definition)  # the groups of the new partitions
@@ -192,7 +209,7 @@ async def follow(host: VirtualHost, queue: OrderedRuntime) -> bool:
     return True
 
 
-async def _follow_all(host: VirtualHost, queues: Iterable[OrderedRuntime]) -> bool:
+async def _follow_all(host: VirtualHost, queues: Iterable[QueueRuntime]) -> bool:
     """``follow`` each queue; while the metadata store is away (a Redis restart), look again
     for up to ROUTE_WAIT_S (the publisher waits, as it would for its broker). False if it
     stayed away."""
@@ -221,23 +238,24 @@ async def append_refusing_closed(
     keeps only what stays refused (a length limit), with indexes in ``records``."""
     result = await host.store.append(records, wait_durable=wait_durable)
     pending = list(result.refused)
-    if not pending or not host.keyed:
+    if not pending or not host.routed:
         return result
     for _ in range(REROUTES):
-        touched = {host.keyed[q] for _, q, _ in pending if q in host.keyed}
+        touched = {host.routed[q] for _, q, _ in pending if q in host.routed}
         if not await _follow_all(host, touched):
             break  # the metadata store stayed away: what stays refused is nacked
         closed, kept = [], []
         for index, queue_id, partition in pending:
-            keyed = host.keyed.get(queue_id)
-            if keyed is not None and keyed.route.partitions[partition].state != "open":
+            routed = host.routed.get(queue_id)
+            route = None if routed is None else routed.route
+            if route is not None and route.partitions[partition].state != "open":
                 closed.append((index, queue_id, partition))
             else:
                 kept.append((index, queue_id, partition))
         if not closed:
             break
         indexes = sorted({index for index, _, _ in closed})
-        again = reroute(host.keyed, [
+        again = reroute(host.routed, [
             records[i]._replace(destinations=tuple((q, p) for j, q, p in closed if j == i))
             for i in indexes
         ])  # fmt: skip

@@ -1,5 +1,6 @@
 """Rescaling a keyed-order queue: split, merge, move, or a number of partitions reached step
-by step (docs/ordering.md; the route's rules are meta/queue_route.py's).
+by step (docs/ordering.md; the route's rules are meta/queue_route.py's); and the keeper that
+drives the changes of every queue on a route (a plain one's too: gateway/vhost/elastic.py).
 
 One step:
 1. version v+1 is planned (refused with the reason when QMQ's constraints say no), the store
@@ -24,7 +25,9 @@ from dataclasses import dataclass
 import anyio
 
 from gateway.queues.ordered import OrderedRuntime
+from gateway.queues.runtime import QueueRuntime
 from gateway.vhost import keyed_routes
+from gateway.vhost.elastic import OpeningWatch, place_route
 from gateway.vhost.host import VirtualHost
 from meta.errors import MetaError, RouteConflict
 from meta.queue_route import (
@@ -72,7 +75,7 @@ async def apply_step(host: VirtualHost, queue: OrderedRuntime, step: Step) -> Qu
     route = queue.route
     wall_ms = host.scheduler.clock.wall_ms()
     new = plan(_on_groups(host, queue, route), step, keyed_routes.iso_now(wall_ms))
-    new = await _place(host, queue, new)
+    new = await place_route(host, queue, new)
     await host.store.create_queue(queue.queue_id, len(new.partitions))
     await host.meta.set_route(new, route)  # RouteConflict: changed meanwhile
     closing = [p.partition for p in new.partitions if p.state == "closing"]
@@ -97,29 +100,12 @@ def _on_groups(host: VirtualHost, queue: OrderedRuntime, route: QueueRoute) -> Q
     return route.model_copy(update={"partitions": parts})
 
 
-async def _place(host: VirtualHost, queue: OrderedRuntime, new: QueueRoute) -> QueueRoute:
-    """A cluster: the new partitions placed on their groups before the store queue grows
-    there. Two gateways racing: the first placement stands, and the route follows it (the
-    loser's version is refused by the compare-and-set anyway)."""
-    placement = host.placement
-    if placement is None:
-        return new
-    definition = queue.definition
-    groups = [p.group or placement.groups[0] for p in new.partitions]
-    placed = await placement.extend(definition, groups)
-    parts = tuple(
-        p.model_copy(update={"group": placed[p.partition]})
-        if p.partition < len(placed) and p.group != placed[p.partition] else p
-        for p in new.partitions
-    )  # fmt: skip
-    return new.model_copy(update={"partitions": parts})
-
-
-async def advance(host: VirtualHost, queue: OrderedRuntime) -> bool:
+async def advance(host: VirtualHost, queue: QueueRuntime) -> bool:
     """Remove the draining partitions whose every message before the command record is
     settled (committed in the store: nobody needs to read the record itself, so a partition
     with no consumer left drains once it is empty); True if a change is still in progress."""
     route = queue.route
+    assert route is not None
     draining = [p for p in route.partitions if p.state == "draining"]
     if not draining:
         return route.in_progress() is not None
@@ -136,7 +122,7 @@ async def advance(host: VirtualHost, queue: OrderedRuntime) -> bool:
             await host.meta.set_route(updated, route)
         except RouteConflict:  # another gateway's keeper removed them first
             await keyed_routes.follow(host, queue)
-            return queue.route.in_progress() is not None
+            return queue.route is not None and queue.route.in_progress() is not None
         queue.set_route(updated)
         if updated.in_progress() is None:
             log.info("queue %r in vhost %r: route version %d complete", queue.name, host.name,
@@ -150,7 +136,7 @@ class RouteKeeper:
 
     def __init__(
         self,
-        queues: Callable[[], Iterable[tuple[VirtualHost, OrderedRuntime]]],
+        queues: Callable[[], Iterable[tuple[VirtualHost, QueueRuntime]]],
         now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queues = queues
@@ -161,6 +147,7 @@ class RouteKeeper:
         # between left it to the others (CLOSING_GRACE_S).
         self._closing_since: dict[int, tuple[int, float]] = {}
         self._removed_checked: dict[int, float] = {}  # queue id -> when last looked at
+        self._opening = OpeningWatch()  # a plain queue's grow or move (elastic.py)
 
     def poke(self) -> None:
         """A change began: look at it now and until it completes."""
@@ -176,8 +163,8 @@ class RouteKeeper:
         queue.set_route(aimed)
         self.poke()
 
-    def target(self, queue: OrderedRuntime) -> int | None:
-        return queue.route.target
+    def target(self, queue: QueueRuntime) -> int | None:
+        return None if queue.route is None else queue.route.target
 
     async def pass_once(self) -> bool:
         """One look at every keyed queue; True if a change is still in progress."""
@@ -199,13 +186,15 @@ class RouteKeeper:
                 busy = True
         return busy
 
-    async def _advance(self, host: VirtualHost, queue: OrderedRuntime) -> bool:
+    async def _advance(self, host: VirtualHost, queue: QueueRuntime) -> bool:
+        if await self._opening.step(host, queue, self.now()):
+            return True
         if await self._left_closing(host, queue):
             return True
         if await advance(host, queue):
             return True
         route = queue.route
-        if route.target is None:
+        if route is None or route.target is None or not isinstance(queue, OrderedRuntime):
             return False
         step = next_step(route, route.target)
         if step is None:
@@ -219,7 +208,7 @@ class RouteKeeper:
         await apply_step(host, queue, Step(kind, parts[0], parts[1] if len(parts) > 1 else None))
         return True
 
-    async def check_removed(self, host: VirtualHost, queue: OrderedRuntime) -> None:
+    async def check_removed(self, host: VirtualHost, queue: QueueRuntime) -> None:
         """Every REMOVED_CHECK_S: a removed partition whose committed offset in the store
         is not past its command record (on a cluster, a broker master killed before its slave
         had the last commits; or nobody read the record) is committed past it, so that it
@@ -229,7 +218,7 @@ class RouteKeeper:
         if now - self._removed_checked.get(queue.queue_id, -REMOVED_CHECK_S) < REMOVED_CHECK_S:
             return
         self._removed_checked[queue.queue_id] = now
-        for part in queue.route.partitions:
+        for part in () if queue.route is None else queue.route.partitions:
             p = part.partition
             if part.state != "removed" or part.closed_at is None or p in queue.behind_removed:
                 continue
@@ -247,11 +236,11 @@ class RouteKeeper:
             else:
                 queue.behind_removed.add(p)
 
-    async def _left_closing(self, host: VirtualHost, queue: OrderedRuntime) -> bool:
+    async def _left_closing(self, host: VirtualHost, queue: QueueRuntime) -> bool:
         """A change whose command records are not in the route: True while it waits for the
         gateway making it; past the grace, this one appends them (keyed_routes)."""
         route = queue.route
-        if not any(p.state == "closing" for p in route.partitions):
+        if route is None or not any(p.state == "closing" for p in route.partitions):
             self._closing_since.pop(queue.queue_id, None)
             return False
         version, seen = self._closing_since.get(queue.queue_id, (0, 0.0))
@@ -277,6 +266,7 @@ class RouteKeeper:
                 await anyio.sleep(KEEP_EVERY_S)
 
 
-def settled(queue: OrderedRuntime, keeper: RouteKeeper) -> bool:
+def settled(queue: QueueRuntime, keeper: RouteKeeper) -> bool:
     """No change in progress and no partition count still to reach."""
-    return queue.route.in_progress() is None and keeper.target(queue) is None
+    route = queue.route
+    return route is None or (route.in_progress() is None and keeper.target(queue) is None)

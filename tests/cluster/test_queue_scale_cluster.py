@@ -1,0 +1,134 @@
+"""Scaling and moving a plain queue on a cluster (redis-server, broker groups g1 and g2, two
+`mqgw serve --meta` gateways; docs/elastic-queues.md): pika publishers with confirms on both
+gateways, a consumer on each, while operators take the queue 1 → 6 partitions (spread over
+both groups, opened once the delivering gateway reads them), move one to the other group and
+go down to 2. Every confirmed message arrives (a redelivery flagged as such at most), each
+channel's messages published after the changes in order; the closed partitions drain and are
+removed. A publisher on the gateway that did not make a change learns of it from the broker,
+which refuses appends after a command record."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pika
+
+from bench.servers import GatewayServer, check_for
+from tests.cluster.conftest import TwoGroups
+
+CHANNELS = 3
+
+
+class Publishers(threading.Thread):
+    def __init__(self, gateway: GatewayServer, queue: str, tag: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.queue, self.tag = gateway.url, queue, tag
+        self.confirmed: list[bytes] = []
+        self.nacked = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        channels = [conn.channel() for _ in range(CHANNELS)]
+        for channel in channels:
+            channel.confirm_delivery()
+        n = 0
+        while not self.stop.is_set():
+            for c, channel in enumerate(channels):
+                body = f"{self.tag}{c}:{n}".encode()
+                try:
+                    properties = pika.BasicProperties(delivery_mode=2)
+                    channel.basic_publish("", self.queue, body, properties)
+                    self.confirmed.append(body)
+                except pika.exceptions.NackError:
+                    self.nacked += 1
+            n += 1
+            time.sleep(0.002)
+        conn.close()
+
+
+class Consumer(threading.Thread):
+    def __init__(self, gateway: GatewayServer, queue: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.queue = gateway.url, queue
+        self.received: list[tuple[bytes, bool]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=50)
+
+        def take(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
+            self.received.append((body, bool(method.redelivered)))
+            ch.basic_ack(method.delivery_tag)
+
+        channel.basic_consume(self.queue, take)
+        while not self.stop.is_set():
+            conn.process_data_events(time_limit=0.1)
+        conn.close()
+
+
+def change(gateway: GatewayServer, what: str, body: dict[str, Any]) -> dict[str, Any]:
+    started = time.monotonic()
+    status, answer = gateway.admin("POST", f"/api/queues/%2F/elastic/{what}",
+                                   {**body, "wait": True, "timeout": 60})  # fmt: skip
+    assert status == 200 and answer["complete"] is True, (status, answer)
+    print(f"{what} {body} under load: complete in {time.monotonic() - started:.2f} s")
+    return dict(answer["route"])
+
+
+def test_a_plain_queue_scales_and_moves_across_groups_under_load(two_groups: TwoGroups) -> None:
+    gw_a, gw_b = two_groups.gateways
+    with pika.BlockingConnection(pika.URLParameters(gw_a.url)) as conn:
+        conn.channel().queue_declare("elastic", durable=True)
+    consumers = [Consumer(gw_a, "elastic"), Consumer(gw_b, "elastic")]
+    publishers = [Publishers(gw_a, "elastic", "a"), Publishers(gw_b, "elastic", "b")]
+    for worker in (*consumers, *publishers):
+        worker.start()
+    check_for(10, lambda: all(len(p.confirmed) > 150 for p in publishers))
+
+    route = change(gw_a, "scale", {"partitions": 6})
+    groups = [p["group"] for p in route["partitions"]]
+    assert [p["state"] for p in route["partitions"]] == ["open"] * 6
+    assert sorted(groups) == ["g1"] * 3 + ["g2"] * 3, groups  # spread over the live groups
+    assert two_groups.route("elastic") == groups
+    moved_from = groups[0]
+    to = "g2" if moved_from == "g1" else "g1"
+    route = change(gw_b, "move", {"partition": 0, "to": to})
+    assert route["partitions"][0]["state"] == "removed"
+    assert route["partitions"][6]["group"] == to and route["partitions"][6]["state"] == "open"
+    route = change(gw_b, "scale", {"partitions": 2})
+    states = [p["state"] for p in route["partitions"]]
+    assert states.count("open") == 2 and states.count("removed") == 5, states
+    marks = [len(p.confirmed) for p in publishers]  # published after every change
+    pairs = list(zip(publishers, marks, strict=True))
+    check_for(10, lambda: all(len(p.confirmed) > m + 300 for p, m in pairs))
+    for publisher in publishers:
+        publisher.stop.set()
+        publisher.join(10)
+    confirmed = {b for p in publishers for b in p.confirmed}
+    check_for(30, lambda: confirmed <= {b for c in consumers for b, _ in c.received})
+    for consumer in consumers:
+        consumer.stop.set()
+        consumer.join(10)
+
+    assert sum(p.nacked for p in publishers) == 0
+    arrivals = [item for c in consumers for item in c.received]
+    bodies = [b for b, _ in arrivals]
+    assert set(bodies) == confirmed  # none lost, nothing unknown
+    first_seen: set[bytes] = set()
+    for body, redelivered in arrivals:
+        assert body not in first_seen or redelivered, f"{body!r} twice, not flagged"
+        first_seen.add(body)
+    for publisher, mark in pairs:
+        after = set(publisher.confirmed[mark:])
+        for consumer in consumers:
+            for c in range(CHANNELS):
+                prefix = f"{publisher.tag}{c}:".encode()
+                seen = [int(b.split(b":")[1]) for b, again in consumer.received
+                        if b in after and b.startswith(prefix) and not again]  # fmt: skip
+                assert seen == sorted(seen), f"channel {publisher.tag}{c} out of order"
+    check_for(10, lambda: gw_a.admin("GET", "/api/queues/%2F/elastic")[1]["messages"] == 0)

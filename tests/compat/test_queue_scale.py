@@ -1,0 +1,172 @@
+"""Scaling a plain queue on the embedded node (docs/elastic-queues.md): `mqgw queue scale`
+1 → 6 → 2 while pika publishers with confirms on several channels and a consumer run;
+every confirmed message arrives once, each channel's in order; the removed partitions drain
+and are removed; bad asks get their 400/409 and change nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from tests.harness.processes import GatewayProcess, check_for
+from tests.harness.rabbitmq import free_port
+
+CHANNELS = 4
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(tmp_path / "data", ["--admin-port", str(free_port())]).start()
+    yield process
+    process.stop()
+
+
+def scale_cli(gateway: GatewayProcess, queue: str, *args: str) -> subprocess.CompletedProcess[str]:
+    admin = f"http://127.0.0.1:{gateway.admin_port}"
+    command = [sys.executable, "-m", "mqgw_cli.main", "queue", "scale", queue, *args,
+               "--admin", admin, "--user", "guest", "--password", "guest"]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+class Publishers(threading.Thread):
+    """CHANNELS channels on one connection, each publishing "c:n" in turn with confirms."""
+
+    def __init__(self, port: int, queue: str) -> None:
+        super().__init__(daemon=True)
+        self.port, self.queue = port, queue
+        self.confirmed: list[bytes] = []
+        self.nacked = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port))
+        channels = [conn.channel() for _ in range(CHANNELS)]
+        for channel in channels:
+            channel.confirm_delivery()
+        n = 0
+        while not self.stop.is_set():
+            for c, channel in enumerate(channels):
+                body = f"{c}:{n}".encode()
+                try:
+                    channel.basic_publish(
+                        "", self.queue, body, pika.BasicProperties(delivery_mode=2)
+                    )
+                    self.confirmed.append(body)
+                except pika.exceptions.NackError:
+                    self.nacked += 1
+            n += 1
+            time.sleep(0.001)
+        conn.close()
+
+
+def _route(gateway: GatewayProcess, queue: str) -> dict[str, Any]:
+    status, route = gateway.admin("GET", f"/api/queues/%2F/{queue}/route")
+    assert status == 200, route
+    result: dict[str, Any] = route
+    return result
+
+
+class Consumer(threading.Thread):
+    """basic.consume with manual acks, all the time (a shrink waits for consumers to drain
+    the partitions it closes)."""
+
+    def __init__(self, port: int, queue: str) -> None:
+        super().__init__(daemon=True)
+        self.port, self.queue = port, queue
+        self.received: list[bytes] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port))
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=50)
+
+        def take(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
+            self.received.append(body)
+            ch.basic_ack(method.delivery_tag)
+
+        channel.basic_consume(self.queue, take)
+        while not self.stop.is_set():
+            conn.process_data_events(time_limit=0.1)
+        conn.close()
+
+
+def test_a_plain_queue_scales_up_and_down_under_load(gateway: GatewayProcess) -> None:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gateway.amqp_port))
+    conn.channel().queue_declare("elastic", durable=True)
+    consumer = Consumer(gateway.amqp_port, "elastic")
+    consumer.start()
+    publishers = Publishers(gateway.amqp_port, "elastic")
+    publishers.start()
+    check_for(10, lambda: len(publishers.confirmed) > 200)
+
+    grown = scale_cli(gateway, "elastic", "--partitions", "6")
+    assert grown.returncode == 0, grown.stderr
+    assert "6 partitions open in" in grown.stderr
+    route = _route(gateway, "elastic")
+    assert [p["state"] for p in route["partitions"]] == ["open"] * 6
+    check_for(10, lambda: len(publishers.confirmed) > 1500)
+    shrunk = scale_cli(gateway, "elastic", "--partitions", "2")
+    assert shrunk.returncode == 0, shrunk.stderr
+    assert "2 partitions open in" in shrunk.stderr
+    states = [p["state"] for p in _route(gateway, "elastic")["partitions"]]
+    assert states == ["open"] * 2 + ["removed"] * 4  # drained by the consumer, then removed
+    count_at_shrink = len(publishers.confirmed)
+    check_for(10, lambda: len(publishers.confirmed) > count_at_shrink + 500)
+    publishers.stop.set()
+    publishers.join(10)
+    check_for(20, lambda: len(consumer.received) >= len(publishers.confirmed))
+    consumer.stop.set()
+    consumer.join(10)
+
+    received = consumer.received
+    assert publishers.nacked == 0
+    assert sorted(received) == sorted(publishers.confirmed), "lost or duplicated messages"
+    for c in range(CHANNELS):  # each channel's messages in the order it published them
+        mine = [int(b.split(b":")[1]) for b in received if b.startswith(b"%d:" % c)]
+        assert mine == sorted(mine), f"channel {c} out of order"
+    route = _route(gateway, "elastic")
+    assert route["in_progress"] is None and route["version"] == 3
+    assert [v["change"] for v in route["versions"]] == ["declare", "grow to 6", "shrink to 2"]
+    check_for(5, lambda: gateway.admin("GET", "/api/queues/%2F/elastic")[1]["messages"] == 0)
+    check_for(5, lambda: "route version 3 (shrink to 2)" in gateway.log())
+    conn.close()
+
+
+def test_scale_refuses_what_it_cannot_do_and_changes_nothing(gateway: GatewayProcess) -> None:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gateway.amqp_port))
+    ch = conn.channel()
+    ch.queue_declare("plain", durable=True)
+    ch.queue_declare("ranked", durable=True, arguments={"x-max-priority": 5})
+    ch.queue_declare("log", durable=True, arguments={"x-queue-type": "stream"})
+    asks = [
+        ("plain", {"partitions": 0}, 400, '"partitions" must be at least 1'),
+        ("plain", {"partitions": "3"}, 400, '"partitions" must be an integer'),
+        ("plain", [3], 400, "the body must be a JSON object"),
+        ("ranked", {"partitions": 3}, 409, "a priority queue keeps its partitions"),
+        ("log", {"partitions": 3}, 409, "a stream queue keeps its partitions"),
+        ("nowhere", {"partitions": 3}, 404, "no queue 'nowhere'"),
+    ]
+    for queue, body, status, reason in asks:
+        got, answer = gateway.admin("POST", f"/api/queues/%2F/{queue}/scale", body)
+        assert (got, reason in answer["reason"]) == (status, True), (queue, body, answer)
+    got, answer = gateway.admin("POST", "/api/queues/%2F/plain/move", {"to": "g9"})
+    assert got == 400 and "no broker group 'g9' on the embedded node" in answer["reason"]
+    got, answer = gateway.admin("GET", "/api/queues/%2F/plain/route")
+    assert got == 400 and "never scaled" in answer["reason"]  # nothing was written
+    failed = scale_cli(gateway, "plain", "--partitions", "0")
+    assert failed.returncode == 1 and '"partitions" must be at least 1' in failed.stderr
+
+    ok, answer = gateway.admin("POST", "/api/queues/%2F/plain/scale", {"partitions": 3})
+    assert ok == 200 and answer["complete"] and answer["route"]["open_partitions"] == 3
+    same, answer = gateway.admin("POST", "/api/queues/%2F/plain/scale", {"partitions": 3})
+    assert same == 200 and answer["route"]["version"] == 2  # already there: no new version
+    conn.close()
