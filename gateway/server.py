@@ -123,6 +123,7 @@ async def serve(
             tg.start_soon(node.gray.run)
             tg.start_soon(node.routes.run)
             tg.start_soon(node.breakers.run)
+            tg.start_soon(node.group_mover.run)
             if link is not None:
                 tg.start_soon(link.run, position)
                 tg.start_soon(report_progress, node.all_queues)

@@ -227,6 +227,21 @@ def add_group(
         return added
 
 
+def remove_group(directory: Path, group: str, timeout_s: float) -> list[launch.Stopped]:
+    """Stop the brokers of ``group`` (retired by the gateways first: `mqgw cluster
+    remove-group`) and leave them out of cluster.json."""
+    directory = directory.resolve()
+    with locked(directory):
+        cluster = load(directory)
+        members = [b for b in cluster.brokers if b.group == group]
+        if not members:
+            raise ClusterError(f"no broker group {group!r} in {cluster.state_path}")
+        stopped = launch.stop(members, kill=False, timeout_s=timeout_s)
+        cluster.brokers = [b for b in cluster.brokers if b.group != group]
+        cluster.save()
+        return stopped
+
+
 def start(directory: Path, name: str, timeout_s: float, on_ready: OnReady) -> Member | None:
     """Start the stopped process ``name`` again, same data, same ports, and wait until it is
     ready. None if it was running already (nothing to do)."""

@@ -97,6 +97,17 @@ class ClusterRegistry(Protocol):
         every partition; those past the placed ones are added, the placed ones never change.
         The placement after it (the first writer's, when two race)."""
 
+    async def repoint_placement(
+        self, vhost: str, name: str, partitions: Mapping[int, str]
+    ) -> list[str]:
+        """A group is retired: removed partitions placed there are re-pointed to another
+        group holding the queue (every owner holds every partition; a removed one is never
+        read again). The placement after it."""
+
+    async def retire_group(self, group: str) -> None:
+        """Forget the group's brokers: nothing is placed there any more (its processes are
+        stopped by whoever retires it)."""
+
 
 def spread_partitions(partitions: int, groups: Iterable[str], load: Mapping[str, int]) -> list[str]:
     """Give each partition to the group holding the fewest partitions so far (ties by name).

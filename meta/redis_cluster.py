@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from meta import request_lists
@@ -255,6 +255,8 @@ class RedisClusterRegistry(RedisStoreBase):
 
     async def register_broker(self, group: str, broker_id: str, address: str, ttl_ms: int) -> None:
         async def heartbeat() -> None:
+            if await self._conn.client.sismember(self._keys.retired_groups, group):
+                return  # removed from the cluster: never listed again
             seconds, microseconds = await self._conn.client.time()
             seen_ms = seconds * 1000 + microseconds // 1000
             entry: dict[str, str | int] = {"group": group, "broker_id": broker_id}
@@ -325,6 +327,42 @@ class RedisClusterRegistry(RedisStoreBase):
             return grown
 
         return await self._transact(body)
+
+    async def repoint_placement(
+        self, vhost: str, name: str, partitions: Mapping[int, str]
+    ) -> list[str]:
+        moved = dict(partitions)
+
+        async def body(view: TopologyView) -> list[str]:
+            placed = await view.route(vhost, name)
+            if placed is None:
+                raise queue_not_found(vhost, name)
+            grown = list(placed)
+            for p, group in moved.items():
+                if p < len(grown) and grown[p] != group:
+                    view.tx.write("HINCRBY", self._keys.placement_load, grown[p], -1)
+                    view.tx.write("HINCRBY", self._keys.placement_load, group, 1)
+                    grown[p] = group
+            view.tx.write("SET", self._keys.route(vhost, name), json.dumps(grown))
+            document = {"partitions": grown, "repointed": True}
+            view.tx.publish([Change("placement.set", vhost, name, document)])
+            return grown
+
+        return await self._transact(body)
+
+    async def retire_group(self, group: str) -> None:
+        async def forget() -> None:
+            fields = [f for f in await self._conn.client.hkeys(self._keys.brokers)
+                      if parse_key(text(f))[0] == group]  # fmt: skip
+            async with self._conn.client.pipeline(transaction=True) as pipe:
+                for field in fields:
+                    pipe.hdel(self._keys.brokers, field)
+                    pipe.delete(self._keys.broker_lease(*parse_key(text(field))))
+                pipe.hdel(self._keys.placement_load, group)
+                pipe.sadd(self._keys.retired_groups, group)
+                await pipe.execute()
+
+        await self._conn.run(forget)
 
     async def queue_placement(self, vhost: str, name: str) -> list[str] | None:
         key = self._keys.route(vhost, name)

@@ -42,6 +42,7 @@ class RedisKeys:
         self.gateways = prefix + "gateways"  # set: registered gateway ids (leased or lapsed)
         self.brokers = prefix + "brokers"  # hash: ["group","id"] -> BrokerInfo
         self.placement_load = prefix + "placement-load"  # hash: group -> partitions placed
+        self.retired_groups = prefix + "retired-groups"  # set: groups removed from the cluster
         # hash: gateway -> "<Redis ms> <report>" (meta/throttle_shares.py)
         self.throttle_demand = prefix + "throttle-demand"
 

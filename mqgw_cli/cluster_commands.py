@@ -6,6 +6,7 @@
     mqgw cluster stop --dir D NAME [--kill]
     mqgw cluster start --dir D NAME
     mqgw cluster down --dir D
+    mqgw cluster rebalance [--dry-run] | drain-group GROUP | remove-group GROUP  (--dir D)
 
 `up` starts redis-server (from the PATH), C `mqgw controller`s, R `mqgw broker`s per group
 (replicated when R ≥ 2) and N `mqgw serve` gateways, on free loopback ports, waits until each
@@ -374,3 +375,7 @@ def add_cluster_commands(commands: Any) -> None:
     down = sub("down", "stop everything: watcher, gateways, brokers, controllers, redis")
     timeout(down, "seconds each tier has after SIGTERM before SIGKILL (default 30)")
     down.set_defaults(func=_down)
+
+    from mqgw_cli.group_commands import add_group_commands
+
+    add_group_commands(cmds)

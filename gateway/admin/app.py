@@ -26,6 +26,7 @@ from gateway.admin import (
     definitions_api,
     elastic_api,
     gray_api,
+    groups_api,
     messages_api,
     metrics_api,
     offsets_api,
@@ -133,6 +134,7 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(gray_api.routes(node))  # /api/gray/rules
     app.include_router(rescale_api.routes(node))  # /api/queues/{vhost}/{name}/rescale
     app.include_router(elastic_api.routes(node))  # .../scale, .../move, .../route
+    app.include_router(groups_api.routes(node))  # /api/cluster/shares, rebalance, groups, moves
     app.include_router(dashboard.routes())  # `/` and /dashboard/*: the web page (no data)
     # Cluster: what the other gateways' views show of this one (gateway/cluster/views.py).
     cluster_views.attach(node, lambda: view_snapshot(node))

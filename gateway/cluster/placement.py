@@ -89,6 +89,9 @@ class QueuePlacement:
             return  # not attached here: placed (read from Redis) when it is
         known = self._by_id.get(queue_id)
         placed = [str(group) for group in route]
+        if (change.document or {}).get("repointed") and known is not None:
+            self._by_id[queue_id] = placed  # a retired group's removed partitions moved
+            return
         if known is not None and placed[: len(known)] != known:
             return  # another incarnation of the name (deleted and declared again)
         if known is None or len(placed) > len(known):  # placed, or grew (a rescale)
@@ -114,6 +117,10 @@ class QueuePlacement:
         known = self._by_id.get(definition.queue_id)
         if known is None or len(placed) > len(known):
             self._by_id[definition.queue_id] = placed
+
+    async def repoint(self, definition: QueueDef, partitions: dict[int, str]) -> None:
+        placed = await self.meta.repoint_placement(definition.vhost, definition.name, partitions)
+        self._by_id[definition.queue_id] = placed
 
     def forget(self, definition: QueueDef) -> None:
         """The queue was deleted (its store data first, while its placement was known)."""

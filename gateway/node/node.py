@@ -38,6 +38,7 @@ from gateway.sessions.channel_state import ChannelState, Consumer
 from gateway.sessions.publishing import deliver_reply, return_reply
 from gateway.sessions.session import Session
 from gateway.vhost import VirtualHost
+from gateway.vhost.group_moves import GroupMover
 from gateway.vhost.rescale import RouteKeeper
 from meta.change_feed import Change
 from meta.errors import MetadataUnavailable
@@ -118,6 +119,7 @@ class Node:
         self.gray.on_end = self._gray_end
         # Keyed-order queues' route changes in progress (gateway/vhost/rescale.py).
         self.routes = RouteKeeper(self._routed_queues)
+        self.group_mover = GroupMover(self.vhosts.get, self.routes)  # drain, rebalance
         # Depth breakers (gateway/queues/breaker.py): judged by the runtime's count here, by
         # the broker's on a cluster.
         self.breakers = BreakerWatch(self.all_queues, self._queue_depth,
@@ -129,6 +131,12 @@ class Node:
         # The broker's count (at most SAMPLE_TTL_S old) and what this gateway routed since.
         sample = await self.remote_backlog.sample(queue)
         return sample.depth + max(0, queue.enqueued - sample.routed_here)
+
+    def routed_or_placed_queues(self) -> Iterator[tuple[VirtualHost, QueueRuntime]]:
+        """Every queue with its vhost (group moves weigh and move them)."""
+        for host in list(self.vhosts.values()):
+            for queue in list(host.queues.values()):
+                yield host, queue
 
     def _routed_queues(self) -> Iterator[tuple[VirtualHost, QueueRuntime]]:
         for host in list(self.vhosts.values()):

@@ -147,6 +147,7 @@ class QueueRuntime:
         # write to ``write_parts`` only (empty: every partition, the queue never scaled).
         self.route: QueueRoute | None = None
         self.write_parts: tuple[int, ...] = ()
+        self.read_parts: Sequence[int] = range(self.partitions)  # all but removed ones
         self.started = False  # no route-driven moves of the cursors before start sets them
         # Cluster: removed partitions whose committed offset in the store lies below their
         # command record (a broker failover lost the last commits): held a moment to commit
@@ -476,7 +477,7 @@ class QueueRuntime:
         # Not caught up while a read is in flight: a remote read yields, and an append
         # absorbed meanwhile (caught_up) would come back in this read too, twice.
         self.exhausted = False
-        read, ends, more = await self._read_partitions(range(self.partitions))
+        read, ends, more = await self._read_partitions(self.read_parts)
         self.buffer.extend(read if self.route is None else self._without_commands(read))
         self._filled(ends, more)
 
@@ -928,6 +929,7 @@ class QueueRuntime:
         self.route = route
         self.grow_partitions(len(route.partitions))
         self.write_parts = tuple(route.open_partitions())
+        self.read_parts = route.read_partitions()
         self.plain = self._is_plain()
         if self.started:
             self.pass_removed_records()
@@ -941,6 +943,7 @@ class QueueRuntime:
         if more <= 0:
             return
         self.partitions = partitions
+        self.read_parts = range(partitions)  # (a route sets its own after)
         for values in (self.cursors, self.maybe_delivered, self.delivered_below,
                        self.restart_below, self.fences):  # fmt: skip
             values.extend([0] * more)

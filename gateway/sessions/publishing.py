@@ -345,7 +345,14 @@ def _partition(
         return _lane_partition(channel, queue, gray)
     partition = channel.queue_partition.get(queue.queue_id)
     if partition is None:
-        partition = random.randrange(queue.partitions)
+        partition = (
+            queue.pick_partition() if queue.write_parts else random.randrange(queue.partitions)
+        )
+        channel.queue_partition[queue.queue_id] = partition
+    elif queue.write_parts and partition not in queue.write_parts:
+        # Scaled down or moved (meta/channel_route.py): the same successor on every gateway
+        # and for every later publish, so the channel's order holds from here on.
+        partition = queue.successor(partition)
         channel.queue_partition[queue.queue_id] = partition
     return partition
 

@@ -225,6 +225,9 @@ class RouteKeeper:
             committed = await host.store.committed_offset(QUEUE_GROUP, queue.queue_id, p)
             if committed > part.closed_at:
                 continue
+            stats = await host.store.queue_stats(queue.queue_id)
+            if p >= len(stats.partitions) or stats.partitions[p].max_offset <= part.closed_at:
+                continue  # its records are not there: re-pointed off a retired group
             if committed < part.closed_at:  # at the record itself: nobody read it, as may be
                 log.warning("queue %r in vhost %r: removed partition %d is committed to %d, "
                             "below its command record at %d; committing past it", queue.name,

@@ -1,0 +1,190 @@
+"""Draining a broker group and rebalancing the cluster (docs/elastic-queues.md): the loads
+measured from the store, a plan (gateway/vhost/group_plans.py), and the job that carries it
+out on this gateway, one move at a time.
+
+A move is the queue's own (gateway/vhost/elastic.py for a plain queue, a ``move`` step for a
+keyed-order one): writes go to a new partition on the target group at once, the backlog is
+consumed where it is, and the old partition is removed once drained. The job waits for each
+move to complete before the next (one change at a time per queue, and a bounded rate:
+``per_minute``), logs a line per move and a summary at the end, and shows its progress in
+``MoveJob.view`` (GET /api/cluster/moves).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from gateway.features.queue_kinds import scale_refusal
+from gateway.queues.ordered import OrderedRuntime
+from gateway.queues.runtime import QueueRuntime
+from gateway.vhost import elastic, keyed_routes
+from gateway.vhost.group_plans import Move, PartitionLoad
+from gateway.vhost.host import VirtualHost
+from gateway.vhost.rescale import RouteKeeper, Step, apply_step, settled
+from meta.errors import MetaError, RouteConflict
+from meta.queue_route import RouteRefused
+from storage import StoreError
+
+log = logging.getLogger("mqgw.rescale")
+MOVE_TIMEOUT_S = 300.0  # a move whose backlog is not consumed by then fails the job
+POLL_S = 0.05
+
+Queues = Callable[[], Iterable[tuple[VirtualHost, QueueRuntime]]]
+
+
+async def measure(queues: Queues, window_s: float) -> list[PartitionLoad]:
+    """Each placed partition not removed, weighed by what was published to it during
+    ``window_s`` plus its backlog (at least 1)."""
+    placed = [(h, q) for h, q in queues() if h.placement is not None and not q.deleted]
+    first = {q.queue_id: await _ends(q) for _, q in placed}
+    await anyio.sleep(window_s)
+    loads = []
+    for host, queue in placed:
+        assert host.placement is not None
+        groups = host.placement(queue.queue_id)
+        if not groups:
+            continue
+        try:
+            stats = await queue.store.queue_stats(queue.queue_id)
+        except StoreError:
+            continue
+        fixed = _fixed(queue)
+        before = first.get(queue.queue_id, {})
+        for part in stats.partitions:
+            p = part.partition
+            if p >= len(groups) or queue.is_removed(p) or not _counted(queue, p):
+                continue
+            grown = part.max_offset - before.get(p, part.max_offset)
+            weight = 1 + max(0, grown) + max(0, part.ready)
+            loads.append(PartitionLoad(host.name, queue.name, p, groups[p], weight, fixed))
+    return loads
+
+
+def _counted(queue: QueueRuntime, partition: int) -> bool:
+    """Only open partitions move (one closing or draining is on its way out already)."""
+    route = queue.route
+    if route is None:
+        return True
+    return partition < len(route.partitions) and route.partitions[partition].state == "open"
+
+
+def _fixed(queue: QueueRuntime) -> str | None:
+    refusal = scale_refusal(queue)
+    return None if refusal is None else f"{queue.name}: {refusal}"
+
+
+async def _ends(queue: QueueRuntime) -> dict[int, int]:
+    try:
+        stats = await queue.store.queue_stats(queue.queue_id)
+    except StoreError:
+        return {}
+    return {p.partition: p.max_offset for p in stats.partitions}
+
+
+@dataclass
+class MoveJob:
+    kind: str  # "rebalance" or "drain g2"
+    moves: list[Move]
+    per_minute: float
+    done: int = 0
+    failed: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    current: Move | None = None
+
+    def view(self) -> dict[str, Any]:
+        took = (self.finished or time.monotonic()) - self.started
+        return {
+            "kind": self.kind,
+            "state": "running" if self.finished is None else "finished",
+            "planned": len(self.moves),
+            "done": self.done,
+            "failed": self.failed,
+            "current": None if self.current is None else _move_json(self.current),
+            "seconds": round(took, 2),
+            "partitions_per_minute": round(self.done * 60 / took, 1) if took > 0 else None,
+            "moves": [_move_json(m) for m in self.moves],
+        }
+
+
+def _move_json(move: Move) -> dict[str, Any]:
+    return {"vhost": move.vhost, "queue": move.queue, "partition": move.partition,
+            "from": move.source, "to": move.target, "weight": move.weight}  # fmt: skip
+
+
+async def run_job(job: MoveJob, hosts: Callable[[str], VirtualHost | None],
+                  keeper: RouteKeeper) -> None:  # fmt: skip
+    """Carry the moves out in turn; one that fails is noted and the job goes on."""
+    gap = 60.0 / job.per_minute if job.per_minute > 0 else 0.0
+    for index, move in enumerate(job.moves, 1):
+        job.current = move
+        began = time.monotonic()
+        try:
+            await _move(move, hosts, keeper)
+            job.done += 1
+            log.info("%s: moved queue %r partition %d from %s to %s (%d/%d)", job.kind,
+                     move.queue, move.partition, move.source, move.target, index,
+                     len(job.moves))  # fmt: skip
+        except (RouteRefused, RouteConflict, MetaError, StoreError, TimeoutError) as error:
+            job.failed.append(f"{move.queue} partition {move.partition}: {error}")
+            log.warning("%s: queue %r partition %d not moved: %s", job.kind, move.queue,
+                        move.partition, error)  # fmt: skip
+        await anyio.sleep(max(0.0, gap - (time.monotonic() - began)))
+    job.current = None
+    job.finished = time.monotonic()
+    log.info("%s: %d of %d partition(s) moved in %.1f s, %d failed", job.kind, job.done,
+             len(job.moves), job.finished - job.started, len(job.failed))  # fmt: skip
+
+
+async def _move(move: Move, hosts: Callable[[str], VirtualHost | None],
+                keeper: RouteKeeper) -> None:  # fmt: skip
+    host = hosts(move.vhost)
+    queue = None if host is None else host.queues.get(move.queue)
+    if host is None or queue is None or queue.deleted:
+        raise RouteRefused("the queue is gone")
+    for attempt in range(3):
+        try:
+            if isinstance(queue, OrderedRuntime):
+                await apply_step(host, queue, Step("move", move.partition, group=move.target))
+            else:
+                await elastic.move_partitions(host, queue, [move.partition], move.target)
+            break
+        except RouteConflict:  # another gateway's keeper wrote the route meanwhile
+            if attempt == 2:
+                raise
+            await keyed_routes.follow(host, queue)
+    keeper.poke()
+    with anyio.fail_after(MOVE_TIMEOUT_S):
+        while not settled(queue, keeper) and not queue.deleted:
+            await anyio.sleep(POLL_S)
+
+
+class GroupMover:
+    """Runs one move job at a time (``submit``), in the node's task group (``run``)."""
+
+    def __init__(self, hosts: Callable[[str], VirtualHost | None], keeper: RouteKeeper) -> None:
+        self.hosts = hosts
+        self.keeper = keeper
+        self.job: MoveJob | None = None
+        self._wake = anyio.Event()
+
+    def busy(self) -> bool:
+        return self.job is not None and self.job.finished is None
+
+    def submit(self, job: MoveJob) -> None:
+        self.job = job
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            job = self.job
+            if job is not None and job.finished is None:
+                await run_job(job, self.hosts, self.keeper)

@@ -1,0 +1,148 @@
+"""Groups that come and go under a running cluster (docs/elastic-queues.md), through the real
+CLI on `mqgw cluster up --gateways 2 --groups 2`: `add-group` then `rebalance` until every
+group's share is within 20 % of even, `drain-group` then `remove-group`, while pika
+publishers with confirms and consumers on both gateways run; every confirmed message
+arrives, and every queue works on both gateways afterwards."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pika
+
+from bench.servers import admin_call, check_for
+from tests.cluster.test_add_group import gateway, open_channel, route
+from tests.cluster.test_cluster_cli import cli, cluster_dir, remember, state
+
+QUEUES = [f"spread-{n}" for n in range(12)]  # one partition each: g1 and g2 hold 6
+
+
+class Traffic(threading.Thread):
+    """Publishes to every queue in turn with confirms on one gateway."""
+
+    def __init__(self, amqp_url: str, tag: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.tag = amqp_url, tag
+        self.confirmed: list[bytes] = []
+        self.nacked = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        conn, channel = open_channel(self.url)
+        channel.confirm_delivery()
+        n = 0
+        while not self.stop.is_set():
+            for queue in QUEUES:
+                body = f"{self.tag}:{queue}:{n}".encode()
+                try:
+                    channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+                    self.confirmed.append(body)
+                except pika.exceptions.NackError:
+                    self.nacked += 1
+            n += 1
+            time.sleep(0.01)
+        conn.close()
+
+
+class Consumers(threading.Thread):
+    def __init__(self, amqp_url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = amqp_url
+        self.received: list[bytes] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        conn, channel = open_channel(self.url)
+        channel.basic_qos(prefetch_count=20)
+
+        def take(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
+            self.received.append(body)
+            ch.basic_ack(method.delivery_tag)
+
+        for queue in QUEUES:
+            channel.basic_consume(queue, take)
+        while not self.stop.is_set():
+            conn.process_data_events(time_limit=0.1)
+        conn.close()
+
+
+def admin(data: dict[str, Any], method: str, path: str) -> tuple[int, Any]:
+    return admin_call(gateway(data, "gw1")["admin_url"], method, path, None, "guest", "guest",
+                      timeout_s=60)  # fmt: skip
+
+
+def groups_of(data: dict[str, Any]) -> dict[str, list[str]]:
+    return {q: route(data, q) or [] for q in QUEUES}
+
+
+def test_add_rebalance_drain_and_remove_a_group_under_traffic(tmp_path: Path) -> None:
+    with cluster_dir(tmp_path) as (directory, seen):
+        up = cli("up", "--dir", str(directory), "--gateways", "2", "--groups", "2",
+                 "--timeout", "60")  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        data = remember(directory, seen)
+        conn, channel = open_channel(gateway(data, "gw1")["amqp_url"])
+        for queue in QUEUES:
+            channel.queue_declare(queue, durable=True)
+        conn.close()
+        consumers = [Consumers(gateway(data, g)["amqp_url"]) for g in ("gw1", "gw2")]
+        traffic = [Traffic(gateway(data, g)["amqp_url"], g) for g in ("gw1", "gw2")]
+        for worker in (*consumers, *traffic):
+            worker.start()
+        check_for(10, lambda: all(len(t.confirmed) > 100 for t in traffic))
+
+        added = cli("add-group", "--dir", str(directory), "--timeout", "60")
+        assert added.returncode == 0, added.stderr
+        data = remember(directory, seen)
+        for name in ("gw1", "gw2"):
+            check_for(5, lambda n=name: "broker group g3 added"
+                      in (directory / "logs" / f"{n}.log").read_text())  # fmt: skip
+        dry = cli("rebalance", "--dir", str(directory), "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        plan = json.loads(dry.stdout)
+        assert any(m["target"] == "g3" for m in plan["moves"]), plan
+        assert all("g3" not in groups for groups in groups_of(data).values())  # dry: no move
+
+        started = time.monotonic()
+        done = cli("rebalance", "--dir", str(directory), "--per-minute", "600", "--window", "3")
+        took = time.monotonic() - started
+        assert done.returncode == 0, done.stderr
+        job = json.loads(done.stdout)
+        print(
+            f"rebalance under traffic: {job['done']} partitions in {took:.1f} s "
+            f"({job['partitions_per_minute']} per minute)"
+        )
+        status, shares = admin(data, "GET", "/api/cluster/shares?window_s=3")
+        assert status == 200
+        assert shares["spread"] <= 0.2, shares  # every group within 20 % of even
+        assert shares["partitions"]["g3"] >= 3, shares
+
+        drained = cli("drain-group", "--dir", str(directory), "g3", "--per-minute", "600")
+        assert drained.returncode == 0, drained.stderr
+        status, shares = admin(data, "GET", "/api/cluster/shares?window_s=0")
+        assert shares["partitions"].get("g3", 0) == 0, shares
+        refused = cli("remove-group", "--dir", str(directory), "g1")
+        assert refused.returncode == 1 and "still holds" in refused.stderr, refused.stderr
+        removed = cli("remove-group", "--dir", str(directory), "g3")
+        assert removed.returncode == 0, removed.stderr
+        assert [b["group"] for b in state(directory)["brokers"]] == ["g1", "g2"]
+
+        marks = [len(t.confirmed) for t in traffic]  # still flowing with g3 gone
+        check_for(
+            10, lambda: all(len(t.confirmed) > m + 100 for t, m in zip(traffic, marks, strict=True))
+        )
+        for worker in traffic:
+            worker.stop.set()
+            worker.join(10)
+        confirmed = {b for t in traffic for b in t.confirmed}
+        check_for(30, lambda: confirmed <= {b for c in consumers for b in c.received})
+        for worker in consumers:
+            worker.stop.set()
+            worker.join(10)
+        assert sum(t.nacked for t in traffic) == 0
+        status, shares = admin(data, "GET", "/api/cluster/shares?window_s=0")
+        assert set(shares["groups"]) == {"g1", "g2"}, shares
