@@ -132,7 +132,7 @@ def test_a_plain_queue_scales_and_moves_across_groups_under_load(two_groups: Two
                         if b in after and b.startswith(prefix) and not again]  # fmt: skip
                 assert seen == sorted(seen), f"channel {publisher.tag}{c} out of order"
     check_for(10, lambda: gw_a.admin("GET", "/api/queues/%2F/elastic")[1]["messages"] == 0)
-    status, queue = gw_a.admin("GET", "/api/queues/%2F/elastic")
+    _, queue = gw_a.admin("GET", "/api/queues/%2F/elastic")
     ends = {p["partition"]: p["max_offset"] for p in queue["mqgw"]["partition_details"]}
     for part in route["partitions"]:  # nothing written after a command record
         if part["state"] == "removed":

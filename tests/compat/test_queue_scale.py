@@ -135,7 +135,7 @@ def test_a_plain_queue_scales_up_and_down_under_load(gateway: GatewayProcess) ->
         assert mine == sorted(mine), f"channel {c} out of order"
     route = _route(gateway, "elastic")
     assert route["in_progress"] is None and route["version"] == 3
-    status, queue = gateway.admin("GET", "/api/queues/%2F/elastic")
+    _, queue = gateway.admin("GET", "/api/queues/%2F/elastic")
     ends = {p["partition"]: p["max_offset"] for p in queue["mqgw"]["partition_details"]}
     for part in route["partitions"][2:]:  # nothing written after a command record
         assert ends[part["partition"]] == part["closed_at"] + 1, (part, ends)
