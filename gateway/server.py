@@ -124,6 +124,7 @@ async def serve(
             tg.start_soon(node.routes.run)
             tg.start_soon(node.breakers.run)
             tg.start_soon(node.group_mover.run)
+            tg.start_soon(node.autoscaler.run)
             if link is not None:
                 tg.start_soon(link.run, position)
                 tg.start_soon(report_progress, node.all_queues)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
 
+from meta.autoscale_policy import AUTOSCALE_KEY, AutoscaleInvalid, parse_autoscale
 from meta.breaker_policy import BREAKER_KEY, BreakerInvalid, parse_breaker
 from meta.checks import DEFAULT_QUEUE_TYPE, queue_type_of
 from meta.models import Policy, QueueDef
@@ -71,11 +72,13 @@ def gray_refusal(queue: QueueDef) -> str | None:
 
 def check_policy_definition(definition: Mapping[str, Any]) -> None:
     """The partition keys (and the depth breaker) of a policy's definition, on their own."""
-    if BREAKER_KEY in definition:
-        try:
+    try:
+        if BREAKER_KEY in definition:
             parse_breaker(definition[BREAKER_KEY])
-        except BreakerInvalid as error:
-            raise PolicyInvalid(str(error)) from None
+        if AUTOSCALE_KEY in definition:
+            parse_autoscale(definition[AUTOSCALE_KEY])
+    except (BreakerInvalid, AutoscaleInvalid) as error:
+        raise PolicyInvalid(str(error)) from None
     partitions = definition.get(PARTITIONS_KEY)
     if PARTITIONS_KEY in definition and not _in_range(partitions):
         raise PolicyInvalid(

@@ -95,6 +95,7 @@ def queue_stats(
             "breaker": None
             if queue.breaker is None
             else queue.breaker.view(queue.clock.monotonic()),
+            "autoscale": node.autoscaler.view(queue),
         },
     }
 

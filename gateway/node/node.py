@@ -38,6 +38,7 @@ from gateway.sessions.channel_state import ChannelState, Consumer
 from gateway.sessions.publishing import deliver_reply, return_reply
 from gateway.sessions.session import Session
 from gateway.vhost import VirtualHost
+from gateway.vhost.autoscale import Autoscaler
 from gateway.vhost.group_moves import GroupMover
 from gateway.vhost.rescale import RouteKeeper
 from meta.change_feed import Change
@@ -120,6 +121,7 @@ class Node:
         # Keyed-order queues' route changes in progress (gateway/vhost/rescale.py).
         self.routes = RouteKeeper(self._routed_queues)
         self.group_mover = GroupMover(self.vhosts.get, self.routes)  # drain, rebalance
+        self.autoscaler = Autoscaler(self.routed_or_placed_queues, self._queue_depth, self.routes)
         # Depth breakers (gateway/queues/breaker.py): judged by the runtime's count here, by
         # the broker's on a cluster.
         self.breakers = BreakerWatch(self.all_queues, self._queue_depth,

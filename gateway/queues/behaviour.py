@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from meta.autoscale_policy import AutoscaleSpec, autoscale_of
 from meta.breaker_policy import BreakerSpec, breaker_of
 from meta.queue_arguments import parse_max_age
 
@@ -43,6 +44,7 @@ class QueueBehaviour:
     # partitions carry gray traffic; 0 is none.
     gray_partitions: int = 0
     breaker: BreakerSpec | None = None  # policy ``breaker`` (gateway/queues/breaker.py)
+    autoscale: AutoscaleSpec | None = None  # policy ``autoscale`` (gateway/vhost/autoscale.py)
 
     @property
     def has_limits(self) -> bool:
@@ -124,6 +126,7 @@ def behaviour_of(
         and dlx is not None,
         gray_partitions=_gray_partitions(arg("mqgw-gray-partitions"), pol.get("gray-partitions")),
         breaker=breaker_of(pol),
+        autoscale=autoscale_of(pol),
         counts_deliveries=quorum
         or _int(arg("delivery-limit")) is not None
         or _int(pol.get("delivery-limit")) is not None,

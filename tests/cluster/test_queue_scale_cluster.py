@@ -50,9 +50,9 @@ class Publishers(threading.Thread):
 
 
 class Consumer(threading.Thread):
-    def __init__(self, gateway: GatewayServer, queue: str) -> None:
+    def __init__(self, gateway: GatewayServer, queue: str, delay_s: float = 0.0) -> None:
         super().__init__(daemon=True)
-        self.url, self.queue = gateway.url, queue
+        self.url, self.queue, self.delay_s = gateway.url, queue, delay_s
         self.received: list[tuple[bytes, bool]] = []
         self.stop = threading.Event()
 
@@ -62,6 +62,8 @@ class Consumer(threading.Thread):
         channel.basic_qos(prefetch_count=50)
 
         def take(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
+            if self.delay_s:
+                time.sleep(self.delay_s)  # a slow consumer
             self.received.append((body, bool(method.redelivered)))
             ch.basic_ack(method.delivery_tag)
 
@@ -137,3 +139,37 @@ def test_a_plain_queue_scales_and_moves_across_groups_under_load(two_groups: Two
     for part in route["partitions"]:  # nothing written after a command record
         if part["state"] == "removed":
             assert ends[part["partition"]] == part["closed_at"] + 1, (part, ends)
+
+
+def test_autoscale_on_the_delivering_gateway(two_groups: TwoGroups) -> None:
+    """Published through gwA, consumed slowly through gwB: gwB delivers the queue, so it
+    decides; it grows by the broker's depth and shrinks once the consumer caught up."""
+    gw_a, gw_b = two_groups.gateways
+    policy = {"pattern": "^auto$", "definition": {
+        "autoscale": {"min": 1, "max": 3, "depth": 50, "window_s": 1}}}  # fmt: skip
+    assert gw_a.admin("PUT", "/api/policies/%2F/auto", policy)[0] in (201, 204)
+    with pika.BlockingConnection(pika.URLParameters(gw_a.url)) as conn:
+        channel = conn.channel()
+        channel.queue_declare("auto", durable=True)
+        channel.confirm_delivery()
+        for n in range(400):
+            channel.basic_publish("", "auto", b"%d" % n)
+    slow = Consumer(gw_b, "auto", delay_s=0.01)
+    slow.start()
+
+    def autoscale(gateway: GatewayServer) -> dict[str, Any]:
+        status, queue = gateway.admin("GET", "/api/queues/%2F/auto")
+        assert status == 200
+        view: dict[str, Any] = queue["mqgw"]["autoscale"]
+        return view
+
+    check_for(20, lambda: autoscale(gw_b)["open_partitions"] >= 2)
+    assert autoscale(gw_b)["deciding_here"] and not autoscale(gw_a)["deciding_here"]
+    check_for(30, lambda: len(slow.received) >= 400)
+    check_for(30, lambda: autoscale(gw_b)["open_partitions"] == 1)
+    decisions = autoscale(gw_b)["decisions"]
+    assert decisions[0]["to"] == 2 and decisions[-1]["to"] == 1, decisions
+    assert all(abs(d["to"] - d["from"]) == 1 for d in decisions)  # one step at a time
+    slow.stop.set()
+    slow.join(10)
+    assert sorted({b for b, _ in slow.received}, key=int) == [b"%d" % n for n in range(400)]

@@ -174,3 +174,43 @@ def test_scale_refuses_what_it_cannot_do_and_changes_nothing(gateway: GatewayPro
     same, answer = gateway.admin("POST", "/api/queues/%2F/plain/scale", {"partitions": 3})
     assert same == 200 and answer["route"]["version"] == 2  # already there: no new version
     conn.close()
+
+
+def test_autoscale_grows_under_a_slow_consumer_and_shrinks_when_idle(
+    gateway: GatewayProcess,
+) -> None:
+    policy = {"pattern": "^auto$", "definition": {
+        "autoscale": {"min": 1, "max": 3, "depth": 100, "window_s": 1}}}  # fmt: skip
+    assert gateway.admin("PUT", "/api/policies/%2F/auto", policy)[0] in (201, 204)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gateway.amqp_port))
+    ch = conn.channel()
+    ch.queue_declare("auto", durable=True)
+    ch.confirm_delivery()
+    for n in range(600):  # far above depth 100; nobody consumes yet
+        ch.basic_publish("", "auto", b"%d" % n)
+
+    def partitions() -> int:
+        status, queue = gateway.admin("GET", "/api/queues/%2F/auto")
+        assert status == 200
+        return int(queue["mqgw"]["autoscale"]["open_partitions"])
+
+    check_for(15, lambda: partitions() == 3)  # 1 -> 2 -> 3, a window apart
+    time.sleep(1.5)  # above for longer still: never past max
+    assert partitions() == 3
+    taken: list[bytes] = []
+    while len(taken) < 600:  # the slow consumer catches up at last
+        _, _, body = ch.basic_get("auto", auto_ack=True)
+        if body is None:
+            time.sleep(0.01)
+            continue
+        taken.append(body)
+    assert sorted(taken, key=int) == [b"%d" % n for n in range(600)]
+    check_for(20, lambda: partitions() == 1)  # idle: 3 -> 2 -> 1, never below min
+    _, queue = gateway.admin("GET", "/api/queues/%2F/auto")
+    steps = [(d["from"], d["to"]) for d in queue["mqgw"]["autoscale"]["decisions"]]
+    assert steps == [(1, 2), (2, 3), (3, 2), (2, 1)], steps
+    assert "depth" in queue["mqgw"]["autoscale"]["decisions"][0]["why"]
+    assert "autoscale 3 -> 2 partitions (idle for 1 s)" in gateway.log()
+    ch.basic_publish("", "auto", b"after")  # still a working queue
+    assert ch.basic_get("auto", auto_ack=True)[2] == b"after"
+    conn.close()
