@@ -47,6 +47,8 @@ class VHost(_Model):
     # The firehose (gateway/observe/firehose.py): publishes and deliveries copied to
     # amq.rabbitmq.trace.
     tracing: bool = False
+    # Broker groups its queues are pinned to unless they say otherwise (meta/group_pins.py).
+    default_groups: tuple[str, ...] = ()
 
 
 class VHostLimits(_Model):

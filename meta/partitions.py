@@ -15,6 +15,7 @@ from typing import Any, TypeGuard
 from meta.autoscale_policy import AUTOSCALE_KEY, AutoscaleInvalid, parse_autoscale
 from meta.breaker_policy import BREAKER_KEY, BreakerInvalid, parse_breaker
 from meta.checks import DEFAULT_QUEUE_TYPE, queue_type_of
+from meta.group_pins import GROUPS_KEY, PinInvalid, parse_groups
 from meta.models import Policy, QueueDef
 
 PARTITIONS_ARG = "x-mqgw-partitions"
@@ -77,7 +78,9 @@ def check_policy_definition(definition: Mapping[str, Any]) -> None:
             parse_breaker(definition[BREAKER_KEY])
         if AUTOSCALE_KEY in definition:
             parse_autoscale(definition[AUTOSCALE_KEY])
-    except (BreakerInvalid, AutoscaleInvalid) as error:
+        if GROUPS_KEY in definition:
+            parse_groups(definition[GROUPS_KEY])
+    except (BreakerInvalid, AutoscaleInvalid, PinInvalid) as error:
         raise PolicyInvalid(str(error)) from None
     partitions = definition.get(PARTITIONS_KEY)
     if PARTITIONS_KEY in definition and not _in_range(partitions):

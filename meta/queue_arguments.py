@@ -13,6 +13,7 @@ from typing import Any
 from meta.amqp_values import type_class
 from meta.checks import queue_type_of
 from meta.errors import PreconditionFailed, resource_name
+from meta.group_pins import GROUPS_ARG, PinInvalid, parse_groups
 from meta.models import QueueDef
 from meta.partitions import GRAY_PARTITIONS_ARG, MAX_PARTITIONS, PARTITIONS_ARG, gray_refusal
 from meta.queue_route import LOGICAL_ARG, MAX_LOGICAL, ORDERING_ARG, ORDERING_HEADER_ARG
@@ -124,6 +125,14 @@ def _max_priority(amqp_type: str, value: Any, queue: QueueDef) -> None:
     _non_negative(amqp_type, value, queue)
     if int(value) > MAX_SUPPORTED_PRIORITY:
         raise _Invalid(f"{{max_value_exceeded,{int(value)}}}")
+
+
+def _groups(amqp_type: str, value: Any, queue: QueueDef) -> None:
+    """x-mqgw-groups (meta/group_pins.py): a list of broker group names, or "g1,g2"."""
+    try:
+        parse_groups(value)
+    except PinInvalid as invalid:
+        raise _Invalid(str(invalid)) from None
 
 
 def _partitions(amqp_type: str, value: Any, queue: QueueDef) -> None:
@@ -242,6 +251,7 @@ _CHECKS: tuple[tuple[str, Callable[[str, Any, QueueDef], None]], ...] = (
     ("x-consume-mode", _one_of(CONSUME_MODES, "invalid_consume_mode")),
     ("x-disk-overflow", _one_of(DISK_OVERFLOW_VALUES, "invalid_disk_overflow")),
     (PARTITIONS_ARG, _partitions),
+    (GROUPS_ARG, _groups),
     (GRAY_PARTITIONS_ARG, _gray_partitions),
     (ORDERING_ARG, _ordering),
     (LOGICAL_ARG, _logical_partitions),

@@ -18,6 +18,7 @@ from gateway.admin.paths import SlashRoute
 from gateway.observe.stats import QueueCounts, queue_counts
 from gateway.sessions import taps
 from meta.definitions_export import permission_entry, user_entry
+from meta.group_pins import PinInvalid, parse_groups
 from meta.models import Permission, User, VHost
 from meta.password import SHA256_ALGORITHM, hash_password
 
@@ -45,6 +46,9 @@ class VHostBody(BaseModel):
     description: str = ""
     tags: str | list[str] = ""
     tracing: StrictBool | None = None  # RabbitMQ answers "yes" with 400 not_boolean
+    # mqgw: the broker groups its queues are pinned to (meta/group_pins.py); absent: kept,
+    # [] or "": none.
+    default_groups: str | list[str] | None = None
 
 
 class PermissionBody(BaseModel):
@@ -79,6 +83,7 @@ def vhost_json(
         "tags": list(vhost.tags),
         "metadata": {"description": vhost.description, "tags": list(vhost.tags)},
         "tracing": vhost.tracing,
+        "default_groups": list(vhost.default_groups),
     }
     opened = None if node is None else node.vhosts.get(vhost.name)
     if opened is not None and counts is not None:  # as RabbitMQ (rabbitmqadmin list vhosts)
@@ -207,15 +212,23 @@ def _vhost_routes(node: Node) -> APIRouter:
         tracing = body.tracing
         if tracing is None:
             tracing = existing is not None and existing.tracing
+        groups = existing.default_groups if existing is not None else ()
+        if body.default_groups is not None:
+            try:
+                groups = parse_groups(body.default_groups) if body.default_groups else ()
+            except PinInvalid as error:
+                raise HTTPException(400, f"default_groups: {error}") from None
         definition = VHost(
-            name=name, description=body.description, tags=split_tags(body.tags), tracing=tracing
-        )
+            name=name, description=body.description, tags=split_tags(body.tags), tracing=tracing,
+            default_groups=groups,
+        )  # fmt: skip
         if existing is None:
             await node.add_vhost(definition)
         else:
             await node.meta.update_vhost(definition)
         vhost = node.vhosts.get(name)
         if vhost is not None:  # here at once; other gateways follow the change feed
+            vhost.default_groups = groups
             await taps.set_firehose(node, vhost, tracing)
         return Response(status_code=204 if existing is not None else 201)
 

@@ -170,6 +170,7 @@ def routes(node: Node) -> APIRouter:
         async def make() -> QueueRoute:
             if isinstance(queue, OrderedRuntime):
                 assert partition is not None
+                elastic.check_pin(host, queue, group)
                 return await apply_step(host, queue, Step("move", partition, group=group))
             return await elastic.move_partitions(
                 host, queue, [] if partition is None else [partition], group

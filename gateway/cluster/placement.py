@@ -55,12 +55,13 @@ class QueuePlacement:
         """The group of each partition of the queue; None if it is not placed (yet)."""
         return self._by_id.get(queue_id)
 
-    async def place(self, definition: QueueDef) -> None:
-        """Place the queue (or read where it was placed) before its store queue is made."""
+    async def place(self, definition: QueueDef, pins: Sequence[str] = ()) -> None:
+        """Place the queue (or read where it was placed) before its store queue is made;
+        ``pins``: only on these groups (the live ones among them first)."""
         if definition.queue_id in self._by_id:
             return
         stored = self._stored.get(definition.queue_id)
-        live = [g for g in self.live() if g in self.groups] or self.groups
+        live = self.usable(pins)
         try:
             route = await self.meta.place_queue(
                 definition.vhost, definition.name, definition.partitions, stored or live
@@ -80,6 +81,14 @@ class QueuePlacement:
         self._by_id[definition.queue_id] = route
         self._stored.pop(definition.queue_id, None)
         self._ids[(definition.vhost, definition.name)] = definition.queue_id
+
+    def usable(self, pins: Sequence[str] = ()) -> list[str]:
+        """Groups to place on: the live ones (all this gateway knows if none is), among
+        ``pins`` when the queue is pinned (its pins themselves if none of them is live)."""
+        live = [g for g in self.live() if g in self.groups] or self.groups
+        if not pins:
+            return live
+        return [g for g in live if g in pins] or list(pins)
 
     def changed(self, change: Change) -> None:
         """A ``placement.set`` from the feed (this gateway's own too)."""

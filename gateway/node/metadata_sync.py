@@ -83,6 +83,7 @@ async def apply_change(node: Node, change: Change) -> None:
     if kind == "vhost.updated":  # the firehose switched on or off (a gateway's admin API)
         updated, vhost = change.entity(), node.vhosts.get(change.vhost)
         if isinstance(updated, VHost) and vhost is not None:
+            vhost.default_groups = updated.default_groups
             await taps.set_firehose(node, vhost, updated.tracing)
         return
     vhost = node.vhosts.get(change.vhost)

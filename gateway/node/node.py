@@ -229,6 +229,8 @@ class Node:
         vhost.gray_ended = self.gray.ended_in(name)
         if self.cluster is not None:  # several broker groups: queues are placed first
             vhost.placement = self.cluster.placement
+        definition = await self.meta.get_vhost(name)
+        vhost.default_groups = () if definition is None else definition.default_groups
         await vhost.load()
         self.vhosts[vhost.name] = vhost
         await taps.restore_firehose(self, vhost)

@@ -64,8 +64,8 @@ async def scale(host: VirtualHost, queue: QueueRuntime, partitions: int) -> Queu
     if partitions == have:
         return route
     if partitions > have:
-        new = grow(route, partitions - have, _groups_for(host, route, partitions - have),
-                   _when(host))  # fmt: skip
+        groups = _groups_for(host, queue, route, partitions - have)
+        new = grow(route, partitions - have, groups, _when(host))
     else:
         new = shrink(route, partitions, _when(host))
     return await apply(host, queue, route, new)
@@ -76,6 +76,7 @@ async def move_partitions(
 ) -> QueueRoute:
     """``partitions`` (every open one not on ``group`` if none are named) to new ones on
     ``group``; each old one closes when its new one opens."""
+    check_pin(host, queue, group)
     route = await ensure_route(host, queue)
     if not partitions:
         partitions = [p for p in route.open_partitions() if route.partitions[p].group != group]
@@ -133,13 +134,21 @@ async def open_when_read(host: VirtualHost, queue: QueueRuntime, force: bool = F
     return True
 
 
-def _groups_for(host: VirtualHost, route: QueueRoute, count: int) -> list[str]:
-    """Broker groups for ``count`` new partitions: the live ones holding the fewest of the
-    queue's open partitions first ("" on the embedded node)."""
+def check_pin(host: VirtualHost, queue: QueueRuntime, group: str) -> None:
+    """A move to ``group`` must not break the queue's pin (meta/group_pins.py)."""
+    pins = host.pins(queue.definition)
+    if pins and group not in pins:
+        raise RouteRefused(f"queue '{queue.name}' is pinned to broker group(s) "
+                           f"{', '.join(pins)}: moving to {group} would break the pin")  # fmt: skip
+
+
+def _groups_for(host: VirtualHost, queue: QueueRuntime, route: QueueRoute, count: int) -> list[str]:
+    """Broker groups for ``count`` new partitions: the live ones (of its pin) holding the
+    fewest of the queue's open partitions first ("" on the embedded node)."""
     placement = host.placement
     if placement is None:
         return [""] * count
-    live = [g for g in placement.live() if g in placement.groups] or placement.groups
+    live = placement.usable(host.pins(queue.definition))
     held = Counter(route.partitions[p].group for p in route.open_partitions())
     chosen = []
     for _ in range(count):

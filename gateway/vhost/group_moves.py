@@ -55,6 +55,7 @@ async def measure(queues: Queues, window_s: float) -> list[PartitionLoad]:
         except StoreError:
             continue
         fixed = _fixed(queue)
+        pins = host.pins(queue.definition)
         before = first.get(queue.queue_id, {})
         for part in stats.partitions:
             p = part.partition
@@ -62,7 +63,7 @@ async def measure(queues: Queues, window_s: float) -> list[PartitionLoad]:
                 continue
             grown = part.max_offset - before.get(p, part.max_offset)
             weight = 1 + max(0, grown) + max(0, part.ready)
-            loads.append(PartitionLoad(host.name, queue.name, p, groups[p], weight, fixed))
+            loads.append(PartitionLoad(host.name, queue.name, p, groups[p], weight, fixed, pins))
     return loads
 
 

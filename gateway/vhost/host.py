@@ -23,6 +23,7 @@ from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router
 from gateway.vhost import dead_letter_outbox, keyed_routes
 from meta.errors import MetaError
+from meta.group_pins import pinned_groups
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
 from meta.partitions import check_policy, initial_partitions, policy_in_force
 from meta.store import MetadataStore
@@ -91,6 +92,7 @@ class VirtualHost:
         self.on_dead_letter: Callable[[], None] = lambda: None  # the node drains them
         self.firehose: Firehose | None = None  # tracing on (gateway/sessions/taps.py switches it)
         self.placement: QueuePlacement | None = None  # several broker groups (cluster_link)
+        self.default_groups: tuple[str, ...] = ()  # the vhost's pin (meta/group_pins.py)
         # Queues on a route, by id: keyed-order ones (gateway/queues/ordered.py) and plain
         # ones that scaled (meta/channel_route.py); and a count of their route changes here:
         # a publish batch routed before a change is routed again before its append
@@ -148,7 +150,7 @@ class VirtualHost:
     async def _start(self, runtime: QueueRuntime) -> None:
         definition = runtime.definition
         if self.placement is not None:  # on its broker groups, chosen once for the cluster
-            await self.placement.place(definition)
+            await self.placement.place(definition, self.pins(definition))
         # A keyed-order queue may have gained partitions since it was declared (its route's).
         await self.store.create_queue(definition.queue_id, runtime.partitions)
         if runtime.route is not None:
@@ -171,6 +173,14 @@ class VirtualHost:
             self.scheduler.wake(runtime)
 
     # -- policies -------------------------------------------------------------------------
+
+    def pins(self, definition: QueueDef) -> tuple[str, ...]:
+        """The broker groups the queue may use; () for any (meta/group_pins.py)."""
+        policy = self.policy_for(definition.name)
+        return pinned_groups(
+            definition.arguments, None if policy is None else policy.definition,
+            self.default_groups,
+        )  # fmt: skip
 
     def policy_for(self, queue_name: str) -> Policy | None:
         """The policy in force for a queue: the highest priority of those that match."""
