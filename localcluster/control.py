@@ -238,6 +238,7 @@ def remove_group(directory: Path, group: str, timeout_s: float) -> list[launch.S
             raise ClusterError(f"no broker group {group!r} in {cluster.state_path}")
         stopped = launch.stop(members, kill=False, timeout_s=timeout_s)
         cluster.brokers = [b for b in cluster.brokers if b.group != group]
+        cluster.retired.append(group)
         cluster.save()
         return stopped
 

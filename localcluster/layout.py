@@ -150,6 +150,7 @@ class Cluster:
     gateways: list[GatewayMember] = field(default_factory=list)
     controllers: list[ControllerMember] = field(default_factory=list)
     watcher: WatcherMember | None = None
+    retired: list[str] = field(default_factory=list)  # groups removed: names not used again
 
     @property
     def meta_url(self) -> str:
@@ -185,6 +186,7 @@ class Cluster:
             "brokers": [asdict(b) for b in self.brokers],
             "gateways": [asdict(g) for g in self.gateways],
             "watcher": asdict(self.watcher) if self.watcher is not None else None,
+            "retired_groups": list(self.retired),
         }
 
     def save(self) -> None:
@@ -220,6 +222,7 @@ def load(directory: Path) -> Cluster:
             gateways=[GatewayMember(**g) for g in data["gateways"]],
             controllers=[ControllerMember(**c) for c in data.get("controllers", [])],
             watcher=WatcherMember(**watcher) if watcher is not None else None,
+            retired=[str(g) for g in data.get("retired_groups", [])],
         )
     except (KeyError, TypeError) as error:
         raise ClusterError(f"{path} is not a cluster description: {error}") from None
@@ -337,7 +340,8 @@ def group_members(
 def new_group(cluster: Cluster, replicas: int) -> list[BrokerMember]:
     """The brokers of a group added to ``cluster``: g<N+1> after its highest g<N>, on ports
     none of its members has (a stopped member keeps its ports for its restart)."""
-    numbers = [int(b.group[1:]) for b in cluster.brokers if b.group[1:].isdigit()]
+    names = [b.group for b in cluster.brokers] + cluster.retired
+    numbers = [int(g[1:]) for g in names if g[1:].isdigit()]
     group = f"g{max(numbers, default=0) + 1}"
     taken = [port for member in cluster.members() for port in member.ports]
     return group_members(cluster.dir, group, replicas, _Ports(taken))

@@ -130,6 +130,7 @@ def test_add_rebalance_drain_and_remove_a_group_under_traffic(tmp_path: Path) ->
         removed = cli("remove-group", "--dir", str(directory), "g3")
         assert removed.returncode == 0, removed.stderr
         assert [b["group"] for b in state(directory)["brokers"]] == ["g1", "g2"]
+        assert state(directory)["retired_groups"] == ["g3"]  # its name is not used again
 
         marks = [len(t.confirmed) for t in traffic]  # still flowing with g3 gone
         check_for(
