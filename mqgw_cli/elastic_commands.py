@@ -9,6 +9,7 @@ import argparse
 import json
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -40,7 +41,24 @@ def _done(route: dict[str, Any]) -> bool:
     return route["in_progress"] is None and route.get("target_partitions") is None
 
 
-def _run(args: argparse.Namespace, what: str, path: str, body: dict[str, Any]) -> int:
+Describe = Callable[[dict[str, Any]], str]
+Summary = Callable[[str, dict[str, Any], float | None], str]
+
+
+def _summary(queue: str, route: dict[str, Any], took: float | None) -> str:
+    after = " (begun)" if took is None else f" in {took:.2f} s"
+    return (
+        f"{queue}: route version {route['version']}, {route['open_partitions']} "
+        f"partitions open{after}"
+    )
+
+
+def follow_change(
+    args: argparse.Namespace, what: str, path: str, body: dict[str, Any],
+    describe_route: Describe = describe, summary: Summary = _summary,
+) -> int:  # fmt: skip
+    """POST the change, then (``args.wait``) a line each time its progress moves until it
+    completes, a summary, and the route as JSON on stdout."""
     console = Console(stderr=True, soft_wrap=True)
     vhost = urllib.parse.quote(args.vhost, safe="")
     queue = urllib.parse.quote(args.queue, safe="")
@@ -52,7 +70,7 @@ def _run(args: argparse.Namespace, what: str, path: str, body: dict[str, Any]) -
             console.print(f"mqgw queue {what}: {failure(target, answer)}", markup=False)
             return 1
         route = answer.body["route"]
-        shown = describe(route)
+        shown = describe_route(route)
         console.print(f"{args.queue}: {shown}", markup=False)
         deadline = started + args.timeout
         while args.wait and not _done(route):
@@ -66,7 +84,7 @@ def _run(args: argparse.Namespace, what: str, path: str, body: dict[str, Any]) -
                 console.print(f"mqgw queue {what}: {failure(target, got)}", markup=False)
                 return 1
             route = got.body
-            line = describe(route)
+            line = describe_route(route)
             if line != shown:
                 console.print(f"{args.queue}: {line}", markup=False)
                 shown = line
@@ -76,22 +94,21 @@ def _run(args: argparse.Namespace, what: str, path: str, body: dict[str, Any]) -
     except AdminUnreachable as error:
         console.print(str(error), markup=False)
         return 1
-    took = f" in {time.monotonic() - started:.2f} s" if args.wait else " (begun)"
-    console.print(f"{args.queue}: route version {route['version']}, "
-                  f"{route['open_partitions']} partitions open{took}", markup=False)  # fmt: skip
+    took = time.monotonic() - started if args.wait else None
+    console.print(summary(args.queue, route, took), markup=False)
     print(json.dumps(route))
     return 0
 
 
 def scale(args: argparse.Namespace) -> int:
-    return _run(args, "scale", "scale", {"partitions": args.partitions})
+    return follow_change(args, "scale", "scale", {"partitions": args.partitions})
 
 
 def move(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"to": args.to}
     if args.partition is not None:
         body["partition"] = args.partition
-    return _run(args, "move", "move", body)
+    return follow_change(args, "move", "move", body)
 
 
 def _common(sub: Any) -> None:

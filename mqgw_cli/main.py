@@ -75,6 +75,13 @@ def _bench_roundtrip(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_hot_queue(args: argparse.Namespace) -> int:
+    from bench.hot_queue import run
+
+    counts = [int(p) for p in args.partitions.split(",") if p.strip()]
+    return run(args.dir, counts, args.messages, args.publishers)
+
+
 def _bench_run(args: argparse.Namespace) -> int:
     from bench.load.compare import run
 
@@ -191,6 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     trip.add_argument("--size", type=int, default=1024)
     trip.add_argument("--rounds", type=int, default=3)
     trip.set_defaults(func=_bench_roundtrip)
+    hot = bench_cmds.add_parser(
+        "hot-queue", help="one hot queue at 1, 2, 4 partitions on a running local cluster"
+    )
+    hot.add_argument("--dir", type=Path, required=True, metavar="D", help="the cluster's directory")
+    hot.add_argument("--partitions", default="1,2,4", help="partition counts (default 1,2,4)")
+    hot.add_argument("--messages", type=int, default=200_000, help="per run (default 200,000)")
+    hot.add_argument("--publishers", type=int, default=4, help="processes (default 4)")
+    hot.set_defaults(func=_bench_hot_queue)
     load = bench_cmds.add_parser("run", help="raw-socket load scenarios against one server")
     _add_load_options(load)
     load.add_argument(

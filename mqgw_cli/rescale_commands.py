@@ -5,15 +5,10 @@ API, showing each step's progress until every consumer is on the new version (``
 from __future__ import annotations
 
 import argparse
-import json
-import time
-import urllib.parse
 from typing import Any
 
-from rich.console import Console
-
-from mqgw_cli.admin_client import AdminUnreachable, call, failure
-from mqgw_cli.admin_target import AdminConfigError, add_admin_options, admin_target
+from mqgw_cli.admin_target import add_admin_options
+from mqgw_cli.elastic_commands import follow_change
 
 POLL_S = 0.2
 
@@ -44,49 +39,15 @@ def describe(route: dict[str, Any]) -> str:
             f"partitions open: {waiting}")  # fmt: skip
 
 
-def rescale(args: argparse.Namespace) -> int:
-    console = Console(stderr=True, soft_wrap=True)  # one line per step, however long
-    vhost = urllib.parse.quote(args.vhost, safe="")
-    queue = urllib.parse.quote(args.queue, safe="")
-    started = time.monotonic()
-    try:
-        target = admin_target(args)
-        answer = call(target, "POST", f"/api/queues/{vhost}/{queue}/rescale", body_of(args))
-        if answer.status not in (200, 202):
-            console.print(f"rescale failed: {failure(target, answer)}", markup=False)
-            return 1
-        route = answer.body["route"]
-        console.print(f"{args.queue}: {describe(route)}", markup=False)
-        shown = describe(route)
-        deadline = started + args.timeout
-        while args.wait and (route["in_progress"] or route["target_partitions"] is not None):
-            if time.monotonic() > deadline:
-                console.print(f"{args.queue}: not complete after {args.timeout:g} s", markup=False)
-                print(json.dumps(route))
-                return 1
-            time.sleep(POLL_S)
-            got = call(target, "GET", f"/api/queues/{vhost}/{queue}/route")
-            if got.status != 200:
-                console.print(f"rescale: {failure(target, got)}", markup=False)
-                return 1
-            route = got.body
-            line = describe(route)
-            if line != shown:
-                console.print(f"{args.queue}: {line}", markup=False)
-                shown = line
-    except AdminConfigError as error:
-        console.print(f"mqgw queue rescale: {error}", markup=False)
-        return 2
-    except AdminUnreachable as error:
-        console.print(str(error), markup=False)
-        return 1
+def _summary(queue: str, route: dict[str, Any], took: float | None) -> str:
     ranges = ", ".join(f"{p['partition']}:[{p['range'][0]},{p['range'][1]})"
                        for p in route["partitions"] if p["range"] is not None)  # fmt: skip
-    console.print(f"{args.queue}: route version {route['version']}, partitions {ranges}"
-                  + (f", in {time.monotonic() - started:.2f} s" if args.wait else ""),
-                  markup=False)  # fmt: skip
-    print(json.dumps(route))
-    return 0
+    after = "" if took is None else f", in {took:.2f} s"
+    return f"{queue}: route version {route['version']}, partitions {ranges}{after}"
+
+
+def rescale(args: argparse.Namespace) -> int:
+    return follow_change(args, "rescale", "rescale", body_of(args), describe, _summary)
 
 
 def add_rescale_command(queue_cmds: Any) -> None:

@@ -25,6 +25,7 @@ from gateway.queues.runtime import QueueRuntime
 from gateway.vhost import keyed_routes
 from gateway.vhost.host import VirtualHost
 from meta.channel_route import channel_route, grow, move, opened, shrink
+from meta.cluster import spread_partitions
 from meta.errors import RouteConflict
 from meta.queue_route import QueueRoute, RouteRefused
 
@@ -148,14 +149,8 @@ def _groups_for(host: VirtualHost, queue: QueueRuntime, route: QueueRoute, count
     placement = host.placement
     if placement is None:
         return [""] * count
-    live = placement.usable(host.pins(queue.definition))
     held = Counter(route.partitions[p].group for p in route.open_partitions())
-    chosen = []
-    for _ in range(count):
-        group = min(live, key=lambda g: (held[g], g))
-        held[group] += 1
-        chosen.append(group)
-    return chosen
+    return spread_partitions(count, placement.usable(host.pins(queue.definition)), held)
 
 
 async def place_route(host: VirtualHost, queue: QueueRuntime, new: QueueRoute) -> QueueRoute:

@@ -8,14 +8,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from bench.servers import GatewayServer
 from tests.cluster.conftest import Cluster, running_cluster
+from tests.compat.test_depth_breaker import breaker_of, confirm_channel, publish, set_breaker_policy
 from tests.harness.processes import check_for
 
 OF = 100  # trips above 70, resets below 50
@@ -28,54 +27,25 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield made
 
 
-def _policy(gateway: GatewayServer, name: str, action: str) -> None:
-    definition = {"breaker": {"high": 0.7, "low": 0.5, "of": OF, "action": action}}
-    status, _ = gateway.admin("PUT", f"/api/policies/%2F/{name}",
-                              {"pattern": f"^{name}$", "definition": definition})  # fmt: skip
-    assert status in (201, 204)
-
-
-def _channel(gateway: GatewayServer) -> tuple[pika.BlockingConnection, BlockingChannel]:
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gateway.amqp_port))
-    channel = conn.channel()
-    channel.confirm_delivery()
-    return conn, channel
-
-
-def _publish(channel: BlockingChannel, queue: str, body: bytes) -> bool:
-    try:
-        channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
-    except pika.exceptions.NackError:
-        return False
-    return True
-
-
-def _breaker(gateway: GatewayServer, queue: str) -> dict[str, Any]:
-    status, body = gateway.admin("GET", f"/api/queues/%2F/{queue}")
-    assert status == 200
-    breaker: dict[str, Any] = body["mqgw"]["breaker"]
-    return breaker
-
-
 def _depth(channel: BlockingChannel, queue: str) -> int:
     return int(channel.queue_declare(queue, passive=True).method.message_count)
 
 
 def test_a_reject_breaker_counts_every_gateways_publishes(two: Cluster) -> None:
     gw_a, gw_b = two.gateways
-    _policy(gw_a, "deep", "reject")
-    conn_a, ch_a = _channel(gw_a)
-    conn_b, ch_b = _channel(gw_b)
+    set_breaker_policy(gw_a, "deep", "reject")
+    conn_a, ch_a = confirm_channel(gw_a)
+    conn_b, ch_b = confirm_channel(gw_b)
     ch_a.queue_declare("deep", durable=True)
-    check_for(5, lambda: _breaker(gw_b, "deep")["high"] == 70)  # the policy reached gwB
-    assert all(_publish(ch_a, "deep", b"a%d" % i) for i in range(50))
-    on_b = [_publish(ch_b, "deep", b"b%d" % i) for i in range(50)]
+    check_for(5, lambda: breaker_of(gw_b, "deep")["high"] == 70)  # the policy reached gwB
+    assert all(publish(ch_a, "deep", b"a%d" % i) for i in range(50))
+    on_b = [publish(ch_b, "deep", b"b%d" % i) for i in range(50)]
     accepted = sum(on_b)
     # gwB judges by the broker's count: gwA's 50 and its own 20 reach high; at most what it
     # routed within one sample's age more (its own are counted at once).
     assert 20 <= accepted <= 22 and on_b[:20] == [True] * 20 and not any(on_b[accepted:])
-    check_for(2, lambda: _breaker(gw_a, "deep")["state"] == "tripped")  # gwA follows
-    assert not _publish(ch_a, "deep", b"refused on A")
+    check_for(2, lambda: breaker_of(gw_a, "deep")["state"] == "tripped")  # gwA follows
+    assert not publish(ch_a, "deep", b"refused on A")
     depth = _depth(ch_a, "deep")
     assert depth == 50 + accepted
 
@@ -83,9 +53,9 @@ def test_a_reject_breaker_counts_every_gateways_publishes(two: Cluster) -> None:
         _, _, body = ch_a.basic_get("deep", auto_ack=True)
         assert body is not None
     for gateway in (gw_a, gw_b):
-        check_for(5, lambda g=gateway: _breaker(g, "deep")["state"] == "closed")  # type: ignore[misc]
-    assert _publish(ch_b, "deep", b"after on B") and _publish(ch_a, "deep", b"after on A")
-    assert _breaker(gw_b, "deep")["trips"] == 1
+        check_for(5, lambda g=gateway: breaker_of(g, "deep")["state"] == "closed")  # type: ignore[misc]
+    assert publish(ch_b, "deep", b"after on B") and publish(ch_a, "deep", b"after on A")
+    assert breaker_of(gw_b, "deep")["trips"] == 1
     check_for(5, lambda: "depth breaker tripped" in gw_b.log())
     check_for(5, lambda: "depth breaker reset" in gw_a.log())
     conn_a.close()
@@ -94,29 +64,29 @@ def test_a_reject_breaker_counts_every_gateways_publishes(two: Cluster) -> None:
 
 def test_a_block_breaker_holds_its_publishers_on_either_gateway_only(two: Cluster) -> None:
     gw_a, gw_b = two.gateways
-    _policy(gw_a, "held", "block")
-    conn_a, ch_a = _channel(gw_a)
+    set_breaker_policy(gw_a, "held", "block")
+    conn_a, ch_a = confirm_channel(gw_a)
     ch_a.queue_declare("held", durable=True)
     ch_a.queue_declare("busy", durable=True)
-    check_for(5, lambda: _breaker(gw_b, "held")["high"] == 70)
+    check_for(5, lambda: breaker_of(gw_b, "held")["high"] == 70)
     confirmed: list[int] = []
     nacked: list[int] = []
 
     def publish_on_b() -> None:
-        conn, channel = _channel(gw_b)
+        conn, channel = confirm_channel(gw_b)
         for i in range(150):
-            (confirmed if _publish(channel, "held", b"%d" % i) else nacked).append(i)
+            (confirmed if publish(channel, "held", b"%d" % i) else nacked).append(i)
         conn.close()
 
     publisher = threading.Thread(target=publish_on_b, daemon=True)
     publisher.start()
-    check_for(10, lambda: _breaker(gw_b, "held")["state"] == "tripped")
+    check_for(10, lambda: breaker_of(gw_b, "held")["state"] == "tripped")
     check_for(5, lambda: _flow(gw_b))
     stuck_at = len(confirmed)
     assert 71 <= stuck_at < 150 and not nacked
 
     started = time.monotonic()  # another queue's publisher, on the other gateway
-    assert all(_publish(ch_a, "busy", b"x") for _ in range(1000))
+    assert all(publish(ch_a, "busy", b"x") for _ in range(1000))
     busy_s = time.monotonic() - started
     assert len(confirmed) == stuck_at, "the held publisher went on while tripped"
     assert busy_s < 15, f"1,000 publishes to another queue took {busy_s:.1f} s"

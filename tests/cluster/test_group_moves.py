@@ -17,6 +17,7 @@ import pika
 from bench.servers import admin_call, check_for
 from tests.cluster.test_add_group import gateway, open_channel, route
 from tests.cluster.test_cluster_cli import cli, cluster_dir, remember, state
+from tests.harness.confirming_clients import AckingConsumer
 
 QUEUES = [f"spread-{n}" for n in range(12)]  # one partition each: g1 and g2 hold 6
 
@@ -30,6 +31,7 @@ class Traffic(threading.Thread):
         self.confirmed: list[bytes] = []
         self.nacked = 0
         self.stop = threading.Event()
+        self.latencies: list[tuple[float, float]] = []  # (when, publish-to-confirm s)
 
     def run(self) -> None:
         conn, channel = open_channel(self.url)
@@ -38,9 +40,11 @@ class Traffic(threading.Thread):
         while not self.stop.is_set():
             for queue in QUEUES:
                 body = f"{self.tag}:{queue}:{n}".encode()
+                sent = time.monotonic()
                 try:
                     channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
                     self.confirmed.append(body)
+                    self.latencies.append((sent, time.monotonic() - sent))
                 except pika.exceptions.NackError:
                     self.nacked += 1
             n += 1
@@ -48,26 +52,10 @@ class Traffic(threading.Thread):
         conn.close()
 
 
-class Consumers(threading.Thread):
-    def __init__(self, amqp_url: str) -> None:
-        super().__init__(daemon=True)
-        self.url = amqp_url
-        self.received: list[bytes] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        conn, channel = open_channel(self.url)
-        channel.basic_qos(prefetch_count=20)
-
-        def take(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
-            self.received.append(body)
-            ch.basic_ack(method.delivery_tag)
-
-        for queue in QUEUES:
-            channel.basic_consume(queue, take)
-        while not self.stop.is_set():
-            conn.process_data_events(time_limit=0.1)
-        conn.close()
+def p99_ms(traffic: list[Traffic], start: float, end: float) -> float:
+    """Publishers' confirm latency p99 over publishes sent between ``start`` and ``end``."""
+    taken = sorted(lat for t in traffic for at, lat in t.latencies if start <= at < end)
+    return round(taken[int(len(taken) * 0.99)] * 1000, 2) if taken else 0.0
 
 
 def admin(data: dict[str, Any], method: str, path: str) -> tuple[int, Any]:
@@ -89,7 +77,8 @@ def test_add_rebalance_drain_and_remove_a_group_under_traffic(tmp_path: Path) ->
         for queue in QUEUES:
             channel.queue_declare(queue, durable=True)
         conn.close()
-        consumers = [Consumers(gateway(data, g)["amqp_url"]) for g in ("gw1", "gw2")]
+        consumers = [AckingConsumer(gateway(data, g)["amqp_url"], QUEUES, prefetch=20)
+                     for g in ("gw1", "gw2")]  # fmt: skip
         traffic = [Traffic(gateway(data, g)["amqp_url"], g) for g in ("gw1", "gw2")]
         for worker in (*consumers, *traffic):
             worker.start()
@@ -140,7 +129,7 @@ def test_add_rebalance_drain_and_remove_a_group_under_traffic(tmp_path: Path) ->
             worker.stop.set()
             worker.join(10)
         confirmed = {b for t in traffic for b in t.confirmed}
-        check_for(30, lambda: confirmed <= {b for c in consumers for b in c.received})
+        check_for(30, lambda: confirmed <= {b for c in consumers for b in c.bodies()})
         for worker in consumers:
             worker.stop.set()
             worker.join(10)

@@ -9,68 +9,19 @@ which refuses appends after a command record."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
 
 import pika
+import pytest
 
 from bench.servers import GatewayServer, check_for
 from tests.cluster.conftest import TwoGroups
+from tests.harness.confirming_clients import AckingConsumer, ChannelPublishers
 
 CHANNELS = 3
-
-
-class Publishers(threading.Thread):
-    def __init__(self, gateway: GatewayServer, queue: str, tag: str) -> None:
-        super().__init__(daemon=True)
-        self.url, self.queue, self.tag = gateway.url, queue, tag
-        self.confirmed: list[bytes] = []
-        self.nacked = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        conn = pika.BlockingConnection(pika.URLParameters(self.url))
-        channels = [conn.channel() for _ in range(CHANNELS)]
-        for channel in channels:
-            channel.confirm_delivery()
-        n = 0
-        while not self.stop.is_set():
-            for c, channel in enumerate(channels):
-                body = f"{self.tag}{c}:{n}".encode()
-                try:
-                    properties = pika.BasicProperties(delivery_mode=2)
-                    channel.basic_publish("", self.queue, body, properties)
-                    self.confirmed.append(body)
-                except pika.exceptions.NackError:
-                    self.nacked += 1
-            n += 1
-            time.sleep(0.002)
-        conn.close()
-
-
-class Consumer(threading.Thread):
-    def __init__(self, gateway: GatewayServer, queue: str, delay_s: float = 0.0) -> None:
-        super().__init__(daemon=True)
-        self.url, self.queue, self.delay_s = gateway.url, queue, delay_s
-        self.received: list[tuple[bytes, bool]] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        conn = pika.BlockingConnection(pika.URLParameters(self.url))
-        channel = conn.channel()
-        channel.basic_qos(prefetch_count=50)
-
-        def take(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
-            if self.delay_s:
-                time.sleep(self.delay_s)  # a slow consumer
-            self.received.append((body, bool(method.redelivered)))
-            ch.basic_ack(method.delivery_tag)
-
-        channel.basic_consume(self.queue, take)
-        while not self.stop.is_set():
-            conn.process_data_events(time_limit=0.1)
-        conn.close()
 
 
 def change(gateway: GatewayServer, what: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -86,8 +37,11 @@ def test_a_plain_queue_scales_and_moves_across_groups_under_load(two_groups: Two
     gw_a, gw_b = two_groups.gateways
     with pika.BlockingConnection(pika.URLParameters(gw_a.url)) as conn:
         conn.channel().queue_declare("elastic", durable=True)
-    consumers = [Consumer(gw_a, "elastic"), Consumer(gw_b, "elastic")]
-    publishers = [Publishers(gw_a, "elastic", "a"), Publishers(gw_b, "elastic", "b")]
+    consumers = [AckingConsumer(gw_a.url, "elastic"), AckingConsumer(gw_b.url, "elastic")]
+    publishers = [
+        ChannelPublishers(gw_a.url, "elastic", "a"),
+        ChannelPublishers(gw_b.url, "elastic", "b"),
+    ]
     for worker in (*consumers, *publishers):
         worker.start()
     check_for(10, lambda: all(len(p.confirmed) > 150 for p in publishers))
@@ -154,7 +108,7 @@ def test_autoscale_on_the_delivering_gateway(two_groups: TwoGroups) -> None:
         channel.confirm_delivery()
         for n in range(400):
             channel.basic_publish("", "auto", b"%d" % n)
-    slow = Consumer(gw_b, "auto", delay_s=0.01)
+    slow = AckingConsumer(gw_b.url, "auto", delay_s=0.01)
     slow.start()
 
     def autoscale(gateway: GatewayServer) -> dict[str, Any]:
@@ -173,3 +127,70 @@ def test_autoscale_on_the_delivering_gateway(two_groups: TwoGroups) -> None:
     slow.stop.set()
     slow.join(10)
     assert sorted({b for b, _ in slow.received}, key=int) == [b"%d" % n for n in range(400)]
+
+
+def _settled_on(gateway: GatewayServer, timeout_s: float = 60) -> dict[str, Any]:
+    began = time.monotonic()
+    route: dict[str, Any] = {}
+    while time.monotonic() - began < timeout_s:
+        status, route = gateway.admin("GET", "/api/queues/%2F/elastic/route")
+        if status == 200 and route["in_progress"] is None:
+            return route
+        time.sleep(0.1)
+    raise AssertionError(f"not settled in {timeout_s:g} s: {route}")
+
+
+def _version_on(gateway: GatewayServer) -> int | None:
+    """The route version a gateway serves (None: the queue was never scaled there)."""
+    status, route = gateway.admin("GET", "/api/queues/%2F/elastic/route")
+    return int(route["version"]) if status == 200 else None
+
+
+@pytest.mark.slow
+def test_a_gateway_killed_in_the_middle_of_each_change(two_groups: TwoGroups) -> None:
+    """gwA is asked for a grow, a move, a shrink, each time killed -9 a moment later
+    (before, during or after the change): gwB completes what began (opens what was read,
+    appends the command records left unwritten), gwA comes back on the newest version, and
+    every message gwB's publisher had confirmed arrives."""
+    gw_a, gw_b = two_groups.gateways
+    with pika.BlockingConnection(pika.URLParameters(gw_b.url)) as conn:
+        conn.channel().queue_declare("elastic", durable=True)
+    consumer = AckingConsumer(gw_b.url, "elastic")
+    publisher = ChannelPublishers(gw_b.url, "elastic", "b")
+    consumer.start()
+    publisher.start()
+    check_for(10, lambda: len(publisher.confirmed) > 150)
+    steps = [("scale", {"partitions": 6}), ("move", {"partition": 0, "to": "g2"}),
+             ("scale", {"partitions": 2})]  # fmt: skip
+    for what, body in steps:
+        before = _settled_on(gw_b)["version"]
+        path = f"/api/queues/%2F/elastic/{what}"
+        asked = threading.Thread(target=gw_a.admin, args=("POST", path, body))
+        asked.start()
+        time.sleep(0.02)
+        gw_a.stop(signal.SIGKILL)
+        asked.join()
+        began = time.monotonic()
+        route = _settled_on(gw_b)
+        print(
+            f"{what} {body}: gwA killed, version {route['version']} (was {before}) "
+            f"settled on gwB in {time.monotonic() - began:.2f} s"
+        )
+        assert all(p["state"] in ("open", "removed") for p in route["partitions"])
+        gw_a.start()  # from this (main) thread: it dies with its starter
+        newest = route["version"]
+        check_for(30, lambda v=newest: _version_on(gw_a) in (v, None))
+    mark = len(publisher.confirmed)
+    check_for(10, lambda: len(publisher.confirmed) > mark + 200)
+    publisher.stop.set()
+    publisher.join(10)
+    confirmed = set(publisher.confirmed)
+    check_for(30, lambda: confirmed <= {b for b, _ in consumer.received})
+    consumer.stop.set()
+    consumer.join(10)
+    assert publisher.nacked == 0
+    _, queue = gw_b.admin("GET", "/api/queues/%2F/elastic")
+    ends = {p["partition"]: p["max_offset"] for p in queue["mqgw"]["partition_details"]}
+    for part in _settled_on(gw_b)["partitions"]:
+        if part["state"] == "removed":  # nothing written after a command record
+            assert ends[part["partition"]] == part["closed_at"] + 1, (part, ends)

@@ -55,6 +55,7 @@ MATRIX = [
     ("GET", "/api/vhosts", None, {"adm", "mon", "pol", "mgmt"}),
     ("GET", "/api/controls", None, {"adm", "mon"}),
     ("GET", "/api/timer", None, {"adm", "mon"}),
+    ("GET", "/api/policies/%2F", None, {"adm", "mon", "pol", "mgmt"}),
     ("GET", "/api/users", None, {"adm"}),
     ("GET", "/api/permissions", None, {"adm"}),
     ("PUT", "/api/controls/clients/matrix", {"rate_msgs": 5}, {"adm"}),

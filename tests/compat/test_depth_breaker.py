@@ -30,21 +30,21 @@ def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
     process.stop()
 
 
-def _policy(gateway: GatewayProcess, name: str, action: str) -> None:
+def set_breaker_policy(gateway: GatewayProcess, name: str, action: str) -> None:
     definition = {"breaker": {"high": 0.7, "low": 0.5, "of": OF, "action": action}}
     status, _ = gateway.admin("PUT", f"/api/policies/%2F/{name}",
                               {"pattern": f"^{name}$", "definition": definition})  # fmt: skip
     assert status in (201, 204)
 
 
-def _channel(gateway: GatewayProcess) -> tuple[pika.BlockingConnection, BlockingChannel]:
+def confirm_channel(gateway: GatewayProcess) -> tuple[pika.BlockingConnection, BlockingChannel]:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gateway.amqp_port))
     channel = conn.channel()
     channel.confirm_delivery()
     return conn, channel
 
 
-def _publish(channel: BlockingChannel, queue: str, body: bytes) -> bool:
+def publish(channel: BlockingChannel, queue: str, body: bytes) -> bool:
     """True if confirmed, False if nacked."""
     try:
         channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
@@ -53,7 +53,7 @@ def _publish(channel: BlockingChannel, queue: str, body: bytes) -> bool:
     return True
 
 
-def _breaker(gateway: GatewayProcess, queue: str) -> dict[str, Any]:
+def breaker_of(gateway: GatewayProcess, queue: str) -> dict[str, Any]:
     status, body = gateway.admin("GET", f"/api/queues/%2F/{queue}")
     assert status == 200
     breaker: dict[str, Any] = body["mqgw"]["breaker"]
@@ -70,26 +70,26 @@ def _take(channel: BlockingChannel, queue: str, count: int) -> list[bytes]:
 
 
 def test_a_reject_breaker_nacks_above_high_until_below_low(gateway: GatewayProcess) -> None:
-    _policy(gateway, "deep", "reject")
-    conn, ch = _channel(gateway)
+    set_breaker_policy(gateway, "deep", "reject")
+    conn, ch = confirm_channel(gateway)
     ch.queue_declare("deep", durable=True)
     ch.queue_declare("free", durable=True)
-    outcomes = [_publish(ch, "deep", b"%d" % i) for i in range(100)]
+    outcomes = [publish(ch, "deep", b"%d" % i) for i in range(100)]
     assert outcomes == [True] * 70 + [False] * 30  # 71 would pass high: refused, tripped
-    assert all(_publish(ch, "free", b"x") for _ in range(300))  # another queue: untouched
+    assert all(publish(ch, "free", b"x") for _ in range(300))  # another queue: untouched
     assert int(ch.queue_declare("deep", passive=True).method.message_count) == 70
-    breaker = _breaker(gateway, "deep")
+    breaker = breaker_of(gateway, "deep")
     assert (breaker["state"], breaker["trips"], breaker["refused_publishes"]) == ("tripped", 1, 30)
     check_for(5, lambda: "depth breaker tripped at 71 ready messages" in gateway.log())
 
     taken = _take(ch, "deep", 20)  # 50 left: not below low
-    assert not _publish(ch, "deep", b"still")
+    assert not publish(ch, "deep", b"still")
     taken += _take(ch, "deep", 1)  # 49: the watch resets it without a publish
-    check_for(5, lambda: _breaker(gateway, "deep")["state"] == "closed")
+    check_for(5, lambda: breaker_of(gateway, "deep")["state"] == "closed")
     check_for(5, lambda: "depth breaker reset at 49 ready messages" in gateway.log())
-    assert _publish(ch, "deep", b"after")
+    assert publish(ch, "deep", b"after")
     assert taken == [b"%d" % i for i in range(21)]  # what was confirmed, in order
-    breaker = _breaker(gateway, "deep")
+    breaker = breaker_of(gateway, "deep")
     assert breaker["trips"] == 1 and breaker["tripped_seconds"] > 0
 
     text = _metrics(gateway)
@@ -106,28 +106,28 @@ def _metric(text: str, name: str, queue: str) -> float:
 
 
 def test_a_block_breaker_holds_only_its_publishers(gateway: GatewayProcess) -> None:
-    _policy(gateway, "held", "block")
-    conn, ch = _channel(gateway)
+    set_breaker_policy(gateway, "held", "block")
+    conn, ch = confirm_channel(gateway)
     ch.queue_declare("held", durable=True)
     ch.queue_declare("other", durable=True)
     confirmed: list[int] = []
     nacked: list[int] = []
 
     def publish_held() -> None:
-        c, channel = _channel(gateway)
+        c, channel = confirm_channel(gateway)
         for i in range(150):
-            (confirmed if _publish(channel, "held", b"%d" % i) else nacked).append(i)
+            (confirmed if publish(channel, "held", b"%d" % i) else nacked).append(i)
         c.close()
 
     publisher = threading.Thread(target=publish_held, daemon=True)
     publisher.start()
-    check_for(10, lambda: _breaker(gateway, "held")["state"] == "tripped")
+    check_for(10, lambda: breaker_of(gateway, "held")["state"] == "tripped")
     check_for(5, lambda: _flow(gateway))  # held: its connection is not read
     stuck_at = len(confirmed)
     assert 71 <= stuck_at < 150 and not nacked
 
     started = time.monotonic()
-    assert all(_publish(ch, "other", b"y") for _ in range(1000))  # full speed meanwhile
+    assert all(publish(ch, "other", b"y") for _ in range(1000))  # full speed meanwhile
     other_s = time.monotonic() - started
     assert len(confirmed) == stuck_at, "the held publisher went on while tripped"
     assert other_s < 10, f"another queue's publisher took {other_s:.1f} s for 1,000"
@@ -149,7 +149,7 @@ def test_a_block_breaker_holds_only_its_publishers(gateway: GatewayProcess) -> N
     assert not nacked and len(confirmed) == 150
     assert taken == [b"%d" % i for i in range(150)]  # none lost, none twice, in order
     check_for(5, lambda: "depth breaker reset" in gateway.log())
-    assert _breaker(gateway, "held")["trips"] >= 1
+    assert breaker_of(gateway, "held")["trips"] >= 1
     conn.close()
 
 
@@ -186,6 +186,6 @@ def test_a_bad_breaker_policy_is_400_with_the_reason(gateway: GatewayProcess) ->
     status, policies = gateway.admin("GET", "/api/policies/%2F")
     assert status == 200 and policies == []
     assert gateway.admin("GET", "/api/policies/%2F/bad")[0] == 404
-    _policy(gateway, "good", "block")
+    set_breaker_policy(gateway, "good", "block")
     status, policy = gateway.admin("GET", "/api/policies/%2F/good")
     assert status == 200 and policy["definition"]["breaker"]["action"] == "block"

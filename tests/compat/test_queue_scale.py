@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pika
 import pytest
 
+from tests.harness.confirming_clients import AckingConsumer, ChannelPublishers
 from tests.harness.processes import GatewayProcess, check_for
 from tests.harness.rabbitmq import free_port
 
@@ -36,37 +36,6 @@ def scale_cli(gateway: GatewayProcess, queue: str, *args: str) -> subprocess.Com
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
-class Publishers(threading.Thread):
-    """CHANNELS channels on one connection, each publishing "c:n" in turn with confirms."""
-
-    def __init__(self, port: int, queue: str) -> None:
-        super().__init__(daemon=True)
-        self.port, self.queue = port, queue
-        self.confirmed: list[bytes] = []
-        self.nacked = 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port))
-        channels = [conn.channel() for _ in range(CHANNELS)]
-        for channel in channels:
-            channel.confirm_delivery()
-        n = 0
-        while not self.stop.is_set():
-            for c, channel in enumerate(channels):
-                body = f"{c}:{n}".encode()
-                try:
-                    channel.basic_publish(
-                        "", self.queue, body, pika.BasicProperties(delivery_mode=2)
-                    )
-                    self.confirmed.append(body)
-                except pika.exceptions.NackError:
-                    self.nacked += 1
-            n += 1
-            time.sleep(0.001)
-        conn.close()
-
-
 def _route(gateway: GatewayProcess, queue: str) -> dict[str, Any]:
     status, route = gateway.admin("GET", f"/api/queues/%2F/{queue}/route")
     assert status == 200, route
@@ -74,37 +43,12 @@ def _route(gateway: GatewayProcess, queue: str) -> dict[str, Any]:
     return result
 
 
-class Consumer(threading.Thread):
-    """basic.consume with manual acks, all the time (a shrink waits for consumers to drain
-    the partitions it closes)."""
-
-    def __init__(self, port: int, queue: str) -> None:
-        super().__init__(daemon=True)
-        self.port, self.queue = port, queue
-        self.received: list[bytes] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port))
-        channel = conn.channel()
-        channel.basic_qos(prefetch_count=50)
-
-        def take(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
-            self.received.append(body)
-            ch.basic_ack(method.delivery_tag)
-
-        channel.basic_consume(self.queue, take)
-        while not self.stop.is_set():
-            conn.process_data_events(time_limit=0.1)
-        conn.close()
-
-
 def test_a_plain_queue_scales_up_and_down_under_load(gateway: GatewayProcess) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gateway.amqp_port))
     conn.channel().queue_declare("elastic", durable=True)
-    consumer = Consumer(gateway.amqp_port, "elastic")
+    consumer = AckingConsumer(gateway.url, "elastic")
     consumer.start()
-    publishers = Publishers(gateway.amqp_port, "elastic")
+    publishers = ChannelPublishers(gateway.url, "elastic", channels=CHANNELS, pause_s=0.001)
     publishers.start()
     check_for(10, lambda: len(publishers.confirmed) > 200)
 
@@ -127,7 +71,7 @@ def test_a_plain_queue_scales_up_and_down_under_load(gateway: GatewayProcess) ->
     consumer.stop.set()
     consumer.join(10)
 
-    received = consumer.received
+    received = consumer.bodies()
     assert publishers.nacked == 0
     assert sorted(received) == sorted(publishers.confirmed), "lost or duplicated messages"
     for c in range(CHANNELS):  # each channel's messages in the order it published them
@@ -173,6 +117,21 @@ def test_scale_refuses_what_it_cannot_do_and_changes_nothing(gateway: GatewayPro
     assert ok == 200 and answer["complete"] and answer["route"]["open_partitions"] == 3
     same, answer = gateway.admin("POST", "/api/queues/%2F/plain/scale", {"partitions": 3})
     assert same == 200 and answer["route"]["version"] == 2  # already there: no new version
+    conn.close()
+
+    gateway.stop()  # the route and the grown store queue outlive a restart
+    gateway.start()
+    got, route = gateway.admin("GET", "/api/queues/%2F/plain/route")
+    assert got == 200 and route["version"] == 2 and route["open_partitions"] == 3
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gateway.amqp_port))
+    channels = [conn.channel() for _ in range(6)]  # spread over the three partitions
+    for n, channel in enumerate(channels):
+        channel.confirm_delivery()
+        channel.basic_publish("", "plain", b"%d" % n)
+    got_back = {channels[0].basic_get("plain", auto_ack=True)[2] for _ in range(6)}
+    assert got_back == {b"%d" % n for n in range(6)}
+    _, queue = gateway.admin("GET", "/api/queues/%2F/plain")
+    assert queue["partitions"] == 3 and queue["messages"] == 0
     conn.close()
 
 
