@@ -136,6 +136,8 @@ def _settled_on(gateway: GatewayServer, timeout_s: float = 60) -> dict[str, Any]
         status, route = gateway.admin("GET", "/api/queues/%2F/elastic/route")
         if status == 200 and route["in_progress"] is None:
             return route
+        if status == 400 and "never scaled" in route["reason"]:
+            return {"version": 0, "partitions": []}  # a kill before the first change began
         time.sleep(0.1)
     raise AssertionError(f"not settled in {timeout_s:g} s: {route}")
 
@@ -160,14 +162,16 @@ def test_a_gateway_killed_in_the_middle_of_each_change(two_groups: TwoGroups) ->
     consumer.start()
     publisher.start()
     check_for(10, lambda: len(publisher.confirmed) > 150)
-    steps = [("scale", {"partitions": 6}), ("move", {"partition": 0, "to": "g2"}),
-             ("scale", {"partitions": 2})]  # fmt: skip
-    for what, body in steps:
+    status, _ = gw_b.admin("POST", "/api/queues/%2F/elastic/scale", {"partitions": 2, "wait": True})
+    assert status == 200
+    steps = [("scale", {"partitions": 6}, 0.03), ("move", {"partition": 0, "to": "g2"}, 0.02),
+             ("scale", {"partitions": 2}, 0.03)]  # fmt: skip
+    for what, body, after_s in steps:
         before = _settled_on(gw_b)["version"]
         path = f"/api/queues/%2F/elastic/{what}"
         asked = threading.Thread(target=gw_a.admin, args=("POST", path, body))
         asked.start()
-        time.sleep(0.02)
+        time.sleep(after_s)  # the kill lands before, in or after the change: all must hold
         gw_a.stop(signal.SIGKILL)
         asked.join()
         began = time.monotonic()
