@@ -13,6 +13,7 @@ JSON lines at the end.
 from __future__ import annotations
 
 import json
+import logging
 import queue as queues
 import time
 from array import array
@@ -131,6 +132,7 @@ def run_one(data: dict[str, Any], partitions: int, messages: int, publishers: in
 
 
 def run(directory: Path, counts: list[int], messages: int, publishers: int) -> int:
+    logging.getLogger("pika").setLevel(logging.WARNING)  # its INFO lines hide the figures
     data = _cluster(directory)
     rows = []
     for partitions in counts:
