@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pytest
 
 from bench.servers import admin_call, check_for
 from tests.cluster.test_add_group import gateway, open_channel, route
@@ -139,3 +140,60 @@ def test_add_rebalance_drain_and_remove_a_group_under_traffic(tmp_path: Path) ->
         assert sum(t.nacked for t in traffic) == 0
         status, shares = admin(data, "GET", "/api/cluster/shares?window_s=0")
         assert set(shares["groups"]) == {"g1", "g2"}, shares
+
+
+@pytest.mark.slow
+def test_the_gateway_draining_a_group_killed_mid_job(tmp_path: Path) -> None:
+    """gw1 runs a drain of g2 and is killed -9 in the middle: the move in progress completes
+    on gw2 (its keeper), nothing is lost, and the same drain asked of gw2 finishes the job;
+    then g2 can be removed."""
+    with cluster_dir(tmp_path) as (directory, seen):
+        up = cli("up", "--dir", str(directory), "--gateways", "2", "--groups", "2",
+                 "--timeout", "60")  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        data = remember(directory, seen)
+        conn, channel = open_channel(gateway(data, "gw2")["amqp_url"])
+        for queue in QUEUES:
+            channel.queue_declare(queue, durable=True)
+        conn.close()
+        consumer = AckingConsumer(gateway(data, "gw2")["amqp_url"], QUEUES, prefetch=20)
+        traffic = Traffic(gateway(data, "gw2")["amqp_url"], "gw2")
+        consumer.start()
+        traffic.start()
+        check_for(10, lambda: len(traffic.confirmed) > 100)
+        status, _ = admin(data, "POST", "/api/cluster/groups/g2/drain")
+        assert status == 202
+        check_for(20, lambda: admin(data, "GET", "/api/cluster/moves")[1]["done"] >= 1)
+        killed = cli("stop", "--dir", str(directory), "gw1", "--kill")
+        assert killed.returncode == 0, killed.stderr
+        other = gateway(data, "gw2")["admin_url"]
+        check_for(30, lambda: all(not r.get("in_progress") for r in routes_on(other)))
+        drained = cli("drain-group", "--admin", other, "g2", "--per-minute", "600")
+        assert drained.returncode == 0, drained.stderr
+        assert all("g2" not in open_groups(r) for r in routes_on(other))
+        removed = cli("remove-group", "--admin", other, "g2", "--dir", str(directory))
+        assert removed.returncode == 2  # --admin and --dir do not go together
+        removed = cli("remove-group", "--admin", other, "g2")
+        assert removed.returncode == 0, removed.stderr
+        traffic.stop.set()
+        traffic.join(10)
+        confirmed = set(traffic.confirmed)
+        check_for(30, lambda: confirmed <= set(consumer.bodies()))
+        consumer.stop.set()
+        consumer.join(10)
+        assert traffic.nacked == 0
+
+
+def routes_on(admin_url: str) -> list[dict[str, Any]]:
+    """Every queue's route as the gateway at ``admin_url`` has it (never scaled: none)."""
+    found = []
+    for queue in QUEUES:
+        status, route = admin_call(admin_url, "GET", f"/api/queues/%2F/{queue}/route", None,
+                                   "guest", "guest", timeout_s=30)  # fmt: skip
+        if status == 200:
+            found.append(route)
+    return found
+
+
+def open_groups(route: dict[str, Any]) -> set[str]:
+    return {p["group"] for p in route["partitions"] if p["state"] != "removed"}
