@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgw.breaker")
 WATCH_S = 0.05
+IDLE_WATCH_S = 1.0  # no breaker anywhere: a policy that adds one is seen within this
 
 
 class DepthBreaker:
@@ -150,17 +151,22 @@ class BreakerWatch:
         if queue.breaker is not None:
             note(queue, queue.breaker.judge(depth, self.now()))
 
-    async def pass_once(self) -> None:
+    async def pass_once(self) -> bool:
+        """One look; False if no queue has a breaker (the next look can wait longer)."""
+        seen = False
         for queue in list(self.queues()):
             breaker = queue.breaker
-            if breaker is None or not (breaker.tripped or self.watch_all):
+            if breaker is None:
+                continue
+            seen = True
+            if not (breaker.tripped or self.watch_all):
                 continue
             if queue.deleted:
                 breaker.release(self.now())
                 continue
             await self.judge(queue)
+        return seen
 
     async def run(self) -> None:
-        while True:
-            await self.pass_once()
-            await anyio.sleep(WATCH_S)
+        while True:  # thousands of queues and no breaker: one walk over them a second
+            await anyio.sleep(WATCH_S if await self.pass_once() else IDLE_WATCH_S)

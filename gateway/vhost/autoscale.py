@@ -34,6 +34,7 @@ from storage import StoreError
 
 log = logging.getLogger("mqgw.autoscale")
 TICK_S = 0.5
+IDLE_TICK_S = 2.0
 KEPT = 20
 
 
@@ -113,7 +114,8 @@ class Autoscaler:
         """The gateway delivering the queue decides (one per cluster)."""
         return queue.leases is None or queue.may_serve()
 
-    async def pass_once(self) -> None:
+    async def pass_once(self) -> bool:
+        """One look at every queue with the policy; False if there is none."""
         live = set()
         for host, queue in list(self.queues()):
             spec = queue.behaviour.autoscale
@@ -130,6 +132,7 @@ class Autoscaler:
                             host.name, error)  # fmt: skip
         for queue_id in [q for q in self._states if q not in live]:
             del self._states[queue_id]
+        return bool(live)
 
     async def _look(self, host: VirtualHost, queue: QueueRuntime, spec: AutoscaleSpec) -> None:
         state = self._states.setdefault(queue.queue_id, ScaleState())
@@ -158,6 +161,5 @@ class Autoscaler:
         self.keeper.poke()
 
     async def run(self) -> None:
-        while True:
-            await self.pass_once()
-            await anyio.sleep(TICK_S)
+        while True:  # no queue with the policy: one walk over the queues every IDLE_TICK_S
+            await anyio.sleep(TICK_S if await self.pass_once() else IDLE_TICK_S)
