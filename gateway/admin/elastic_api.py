@@ -21,20 +21,23 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
-import anyio
 from fastapi import APIRouter, Body, Depends, HTTPException, Response
 
 from gateway.admin.auth import MANAGEMENT, POLICYMAKER, requires
 from gateway.admin.paths import SlashRoute
-from gateway.admin.queues_api import visible_vhost
-from gateway.admin.rescale_api import CONFLICT_RETRIES, WAIT_POLL_S, known_group, route_json
+from gateway.admin.rescale_api import (
+    known_group,
+    queue_or_404,
+    route_json,
+    run_change,
+    wait_options,
+)
 from gateway.queues.ordered import OrderedRuntime
 from gateway.queues.runtime import QueueRuntime
-from gateway.vhost import elastic, keyed_routes
-from gateway.vhost.rescale import Step, apply_step, settled
-from meta.errors import RouteConflict
+from gateway.vhost import elastic
+from gateway.vhost.rescale import Step, apply_step
 from meta.models import User
-from meta.queue_route import QueueRoute, RouteRefused
+from meta.queue_route import QueueRoute
 
 if TYPE_CHECKING:
     from gateway.node import Node
@@ -79,14 +82,6 @@ def any_route_json(node: Node, host: VirtualHost, queue: QueueRuntime) -> dict[s
     return plain_route_json(node, queue)
 
 
-def _options(body: Any) -> tuple[bool, float]:
-    wait = bool(body.get("wait", False))
-    timeout = body.get("timeout", 60)
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-        raise HTTPException(400, '"timeout" must be a positive number of seconds')
-    return wait, float(timeout)
-
-
 def _count(body: Any, key: str) -> int:
     value = body.get(key)
     if not isinstance(value, int) or isinstance(value, bool):
@@ -99,35 +94,12 @@ def routes(node: Node) -> APIRouter:
     policymaker = Depends(requires(POLICYMAKER, node))
     management = Depends(requires(MANAGEMENT, node))
 
-    def queue_of(vhost: str, name: str, user: User) -> tuple[VirtualHost, QueueRuntime]:
-        host = visible_vhost(node, vhost, user)
-        queue = host.queues.get(name)
-        if queue is None:
-            raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
-        return host, queue
-
     async def change(
-        host: VirtualHost, queue: QueueRuntime, body: Any, response: Response,
+        host: VirtualHost, queue: QueueRuntime, body: dict[str, Any], response: Response,
         make: Callable[[], Awaitable[object]],
     ) -> dict[str, Any]:  # fmt: skip
-        wait, timeout = _options(body)
-        for attempt in range(CONFLICT_RETRIES + 1):
-            try:
-                await make()
-                node.routes.poke()
-                break
-            except RouteRefused as refused:
-                raise HTTPException(409, str(refused)) from None
-            except RouteConflict as conflict:  # written elsewhere meanwhile: read, ask again
-                if attempt == CONFLICT_RETRIES:
-                    raise HTTPException(409, conflict.detail) from None
-                await keyed_routes.follow(host, queue)
-        complete = settled(queue, node.routes)
-        if wait and not complete:
-            with anyio.move_on_after(timeout):
-                while not settled(queue, node.routes) and not queue.deleted:
-                    await anyio.sleep(WAIT_POLL_S)
-            complete = settled(queue, node.routes)
+        wait, timeout = wait_options(body)
+        complete = await run_change(node, host, queue, make, wait, timeout)
         if not complete:
             response.status_code = 202
         return {"complete": complete, "route": any_route_json(node, host, queue)}
@@ -137,7 +109,7 @@ def routes(node: Node) -> APIRouter:
         vhost: str, name: str, response: Response, body: Annotated[Any, Body()] = None,
         user: User = policymaker,
     ) -> dict[str, Any]:  # fmt: skip
-        host, queue = queue_of(vhost, name, user)
+        host, queue = queue_or_404(node, vhost, name, user)
         if not isinstance(body, dict):
             raise HTTPException(400, 'the body must be a JSON object: {"partitions": N}')
         partitions = _count(body, "partitions")
@@ -157,7 +129,7 @@ def routes(node: Node) -> APIRouter:
         vhost: str, name: str, response: Response, body: Annotated[Any, Body()] = None,
         user: User = policymaker,
     ) -> dict[str, Any]:  # fmt: skip
-        host, queue = queue_of(vhost, name, user)
+        host, queue = queue_or_404(node, vhost, name, user)
         if not isinstance(body, dict) or not isinstance(body.get("to"), str):
             raise HTTPException(400, 'the body must name a broker group: {"to": GROUP}')
         group = cast(str, body["to"])
@@ -180,7 +152,7 @@ def routes(node: Node) -> APIRouter:
 
     @router.get("/api/queues/{vhost}/{name}/route", summary="A queue's route")
     async def route(vhost: str, name: str, user: User = management) -> dict[str, Any]:
-        host, queue = queue_of(vhost, name, user)
+        host, queue = queue_or_404(node, vhost, name, user)
         if queue.route is None:
             raise HTTPException(400, f"queue '{name}' in vhost '{vhost}' is on no route: it is "
                                 "not keyed-order and was never scaled")  # fmt: skip

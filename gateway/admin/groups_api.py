@@ -61,7 +61,7 @@ def routes(node: Node) -> APIRouter:
     @router.get("/api/cluster/shares", summary="Each broker group's share of the traffic")
     async def group_shares(window_s: float = 1.0, user: User = administrator) -> dict[str, Any]:
         groups = live_groups()
-        loads = await measure(node.routed_or_placed_queues, min(max(window_s, 0.0), 30.0))
+        loads = await measure(node.hosted_queues, min(max(window_s, 0.0), 30.0))
         totals = shares(loads, groups)
         return {
             "groups": totals,
@@ -81,7 +81,7 @@ def routes(node: Node) -> APIRouter:
         per_minute = _number(body, "per_minute", 60.0, low=0.1)
         groups = live_groups()
         idle()
-        loads = await measure(node.routed_or_placed_queues, window)
+        loads = await measure(node.hosted_queues, window)
         totals = shares(loads, groups)
         moves = plan_rebalance(loads, groups, tolerance)
         if body.get("dry_run"):
@@ -109,7 +109,7 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(409, f"no other broker group is up to take '{group}''s "
                                 "partitions")  # fmt: skip
         idle()
-        loads = await measure(node.routed_or_placed_queues, 0.0)
+        loads = await measure(node.hosted_queues, 0.0)
         moves, stuck = plan_drain(loads, group, others)
         if not moves and stuck:
             raise HTTPException(
@@ -138,7 +138,7 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(400, f"no broker group '{group}' in the cluster")
         idle()
         left, repoint = [], []
-        for host, queue in node.routed_or_placed_queues():
+        for host, queue in node.hosted_queues():
             groups = placed(queue.queue_id) or []
             mine = [p for p, g in enumerate(groups) if g == group]
             if not mine:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import anyio
@@ -24,6 +25,7 @@ from gateway.admin.auth import POLICYMAKER, requires
 from gateway.admin.paths import SlashRoute
 from gateway.admin.queues_api import visible_vhost
 from gateway.queues.ordered import OrderedRuntime
+from gateway.queues.runtime import QueueRuntime
 from gateway.sessions.channel_state import Consumer
 from gateway.vhost import keyed_routes
 from gateway.vhost.rescale import Step, apply_step, settled
@@ -151,15 +153,56 @@ def known_group(host: VirtualHost, group: str) -> None:
                             f"{', '.join(up)})")  # fmt: skip
 
 
+def wait_options(body: dict[str, Any]) -> tuple[bool, float]:
+    """A change's ``"wait"`` and ``"timeout"`` (seconds, default 60)."""
+    wait = bool(body.get("wait", False))
+    timeout = body.get("timeout", 60)
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+        raise HTTPException(400, '"timeout" must be a positive number of seconds')
+    return wait, float(timeout)
+
+
+def queue_or_404(node: Node, vhost: str, name: str, user: User) -> tuple[VirtualHost, QueueRuntime]:
+    host = visible_vhost(node, vhost, user)
+    queue = host.queues.get(name)
+    if queue is None:
+        raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
+    return host, queue
+
+
+async def run_change(
+    node: Node, host: VirtualHost, queue: QueueRuntime, make: Callable[[], Awaitable[object]],
+    wait: bool, timeout: float,
+) -> bool:  # fmt: skip
+    """Make a route change (409 with the reason when refused) and, with ``wait``, wait up
+    to ``timeout`` for it to complete; whether it is complete."""
+    for attempt in range(CONFLICT_RETRIES + 1):
+        try:
+            await make()
+            node.routes.poke()
+            break
+        except RouteRefused as refused:
+            raise HTTPException(409, str(refused)) from None
+        except RouteConflict as conflict:
+            # On a cluster another gateway's keeper may have just written the route (a
+            # partition removed, a target reached): read it and ask again; a change
+            # begun meanwhile is then refused with its reason.
+            if attempt == CONFLICT_RETRIES:
+                raise HTTPException(409, conflict.detail) from None
+            await keyed_routes.follow(host, queue)
+    if wait and not settled(queue, node.routes):
+        with anyio.move_on_after(timeout):
+            while not settled(queue, node.routes) and not queue.deleted:
+                await anyio.sleep(WAIT_POLL_S)
+    return settled(queue, node.routes)
+
+
 def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     policymaker = Depends(requires(POLICYMAKER, node))
 
     def keyed_queue(vhost: str, name: str, user: User) -> tuple[VirtualHost, OrderedRuntime]:
-        host = visible_vhost(node, vhost, user)
-        queue = host.queues.get(name)
-        if queue is None:
-            raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
+        host, queue = queue_or_404(node, vhost, name, user)
         if not isinstance(queue, OrderedRuntime):
             raise HTTPException(
                 400, f"queue '{name}' in vhost '{vhost}' is not a keyed-order queue "
@@ -177,35 +220,17 @@ def routes(node: Node) -> APIRouter:
     ) -> dict[str, Any]:  # fmt: skip
         host, queue = keyed_queue(vhost, name, user)
         asked = parse_step(body)
-        wait = bool(body.get("wait", False))
-        timeout = body.get("timeout", 60)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            raise HTTPException(400, '"timeout" must be a positive number of seconds')
+        wait, timeout = wait_options(body)
         if isinstance(asked, Step) and asked.kind == "move" and asked.group:
             known_group(host, asked.group)
-        for attempt in range(CONFLICT_RETRIES + 1):
-            try:
-                if isinstance(asked, int):
-                    await node.routes.aim(host, queue, asked)
-                else:
-                    await apply_step(host, queue, asked)
-                    node.routes.poke()
-                break
-            except RouteRefused as refused:
-                raise HTTPException(409, str(refused)) from None
-            except RouteConflict as conflict:
-                # On a cluster another gateway's keeper may have just written the route (a
-                # partition removed, a target reached): read it and ask again; a change
-                # begun meanwhile is then refused with its reason.
-                if attempt == CONFLICT_RETRIES:
-                    raise HTTPException(409, conflict.detail) from None
-                await keyed_routes.follow(host, queue)
-        complete = settled(queue, node.routes)
-        if wait and not complete:
-            with anyio.move_on_after(float(timeout)):
-                while not settled(queue, node.routes) and not queue.deleted:
-                    await anyio.sleep(WAIT_POLL_S)
-            complete = settled(queue, node.routes)
+
+        async def make() -> None:
+            if isinstance(asked, int):
+                await node.routes.aim(host, queue, asked)
+            else:
+                await apply_step(host, queue, asked)
+
+        complete = await run_change(node, host, queue, make, wait, timeout)
         if not complete and (isinstance(asked, int) or wait):
             response.status_code = 202
         return {"complete": complete, "route": route_json(node, queue, host.placement)}

@@ -121,7 +121,7 @@ class Node:
         # Keyed-order queues' route changes in progress (gateway/vhost/rescale.py).
         self.routes = RouteKeeper(self._routed_queues)
         self.group_mover = GroupMover(self.vhosts.get, self.routes)  # drain, rebalance
-        self.autoscaler = Autoscaler(self.routed_or_placed_queues, self._queue_depth, self.routes)
+        self.autoscaler = Autoscaler(self.hosted_queues, self._queue_depth, self.routes)
         # Depth breakers (gateway/queues/breaker.py): judged by the runtime's count here, by
         # the broker's on a cluster.
         self.breakers = BreakerWatch(self.all_queues, self._queue_depth,
@@ -134,8 +134,8 @@ class Node:
         sample = await self.remote_backlog.sample(queue)
         return sample.depth + max(0, queue.enqueued - sample.routed_here)
 
-    def routed_or_placed_queues(self) -> Iterator[tuple[VirtualHost, QueueRuntime]]:
-        """Every queue with its vhost (group moves weigh and move them)."""
+    def hosted_queues(self) -> Iterator[tuple[VirtualHost, QueueRuntime]]:
+        """Every queue with its vhost (group moves, autoscale)."""
         for host in list(self.vhosts.values()):
             for queue in list(host.queues.values()):
                 yield host, queue

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.queues.behaviour import QueueBehaviour
@@ -31,15 +31,14 @@ from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.partition_holders import PartitionHolders
 from gateway.queues.rate_limit import TokenBucket
-from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
+from gateway.queues.runtime import COMMAND, FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
 from meta.models import QueueDef
-from meta.queue_route import COMMAND_EXCHANGE, QueueRoute, gate_open, logical_of
-from storage import DeliveryProgress, PartitionStats, StoredMessage, StorePort
+from meta.queue_route import QueueRoute, gate_open, logical_of
+from storage import DeliveryProgress, StoredMessage, StorePort
 
 if TYPE_CHECKING:
     from gateway.queues.consumer import QueueConsumer as Consumer
 
-COMMAND = COMMAND_EXCHANGE.encode()
 # Publish flow control (QueueRuntime's FLOW_HIGH/FLOW_LOW, a quarter): a partition goes to one
 # consumer, so a backlog drains no faster than its holder; 2,000 behind made keyed-1p's p99
 # 15x RabbitMQ's single active consumer, 500 brings it level (mqgw bench run keyed-1p).
@@ -102,13 +101,6 @@ class OrderedRuntime(QueueRuntime):
         parts = self.route.partitions
         return all(held or p >= len(parts) or parts[p].state == "removed"
                    for p, held in enumerate(self.leases))  # fmt: skip
-
-    def counted(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]:
-        """A removed partition counts nothing: what it held up to its command record was
-        settled before it was removed (its committed offset on a new broker master may lag:
-        offset commits replicate after the fact)."""
-        route = self.route.partitions
-        return [s for s in self.known(parts) if route[s.partition].state != "removed"]
 
     def may_serve(self) -> bool:
         """Cluster: one partition's lease is enough (each is delivered on its own)."""

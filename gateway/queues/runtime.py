@@ -583,7 +583,8 @@ class QueueRuntime:
 
     def counted(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]:
         """The partitions whose ready messages are the queue's (all it knows; a removed
-        one counts nothing: what it held before its command record was settled)."""
+        one counts nothing: what it held before its command record was settled, though its
+        committed offset on a new broker master may lag: commits replicate after the fact)."""
         if self.route is None:
             return self.known(parts)
         return [s for s in self.known(parts) if not self.is_removed(s.partition)]

@@ -7,7 +7,6 @@ common publish pays no decoding.
 
 from __future__ import annotations
 
-import random
 import re
 import struct
 from collections.abc import Mapping
@@ -345,9 +344,7 @@ def _partition(
         return _lane_partition(channel, queue, gray)
     partition = channel.queue_partition.get(queue.queue_id)
     if partition is None:
-        partition = (
-            queue.pick_partition() if queue.write_parts else random.randrange(queue.partitions)
-        )
+        partition = queue.pick_partition()
         channel.queue_partition[queue.queue_id] = partition
     elif queue.write_parts and partition not in queue.write_parts:
         # Scaled down or moved (meta/channel_route.py): the same successor on every gateway

@@ -94,17 +94,23 @@ async def apply(
     new = await place_route(host, queue, new)
     await host.store.create_queue(queue.queue_id, len(new.partitions))
     await host.meta.set_route(new, route)
-    closing = [p.partition for p in new.partitions if p.state == "closing"]
-    if closing:
-        new = await keyed_routes.close(host, queue, new, closing)
-    else:
-        queue.set_route(new)
-        host.route_epoch += 1
+    new = await _act_on(host, queue, new)
     log.info("queue %r in vhost %r: route version %d (%s)", queue.name, host.name, new.version,
              new.versions[-1].change)  # fmt: skip
     await open_when_read(host, queue)
     assert queue.route is not None
     return queue.route
+
+
+async def _act_on(host: VirtualHost, queue: QueueRuntime, new: QueueRoute) -> QueueRoute:
+    """A version just written: publishers here follow it, and the partitions it closes get
+    their command records (keyed_routes.close). The route as it stands after."""
+    closing = [p.partition for p in new.partitions if p.state == "closing"]
+    if closing:
+        return await keyed_routes.close(host, queue, new, closing)
+    queue.set_route(new)
+    host.route_epoch += 1
+    return new
 
 
 async def open_when_read(host: VirtualHost, queue: QueueRuntime, force: bool = False) -> bool:
@@ -123,12 +129,7 @@ async def open_when_read(host: VirtualHost, queue: QueueRuntime, force: bool = F
     except RouteConflict:  # opened by another gateway: follow
         await keyed_routes.follow(host, queue)
         return False
-    closing = [p.partition for p in new.partitions if p.state == "closing"]
-    if closing:  # a move: writes go to the new partitions from now on
-        await keyed_routes.close(host, queue, new, closing)
-    else:
-        queue.set_route(new)
-        host.route_epoch += 1
+    await _act_on(host, queue, new)  # a move: writes go to the new partitions from now on
     log.info("queue %r in vhost %r: partition(s) %s open%s; publishers write there now",
              queue.name, host.name, ", ".join(map(str, opening)),
              " (nobody delivers the queue)" if force else " (read-first)")  # fmt: skip

@@ -59,7 +59,7 @@ async def measure(queues: Queues, window_s: float) -> list[PartitionLoad]:
         before = first.get(queue.queue_id, {})
         for part in stats.partitions:
             p = part.partition
-            if p >= len(groups) or queue.is_removed(p) or not _counted(queue, p):
+            if p >= len(groups) or not _counted(queue, p):
                 continue
             grown = part.max_offset - before.get(p, part.max_offset)
             weight = 1 + max(0, grown) + max(0, part.ready)
@@ -68,7 +68,8 @@ async def measure(queues: Queues, window_s: float) -> list[PartitionLoad]:
 
 
 def _counted(queue: QueueRuntime, partition: int) -> bool:
-    """Only open partitions move (one closing or draining is on its way out already)."""
+    """Only open partitions move (one closing or draining is on its way out already, a
+    removed one is gone)."""
     route = queue.route
     if route is None:
         return True

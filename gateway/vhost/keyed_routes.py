@@ -148,9 +148,10 @@ async def finish_closing(host: VirtualHost, queue: QueueRuntime) -> None:
     the first's). A command record appended before the stop and not recorded in the route
     stays in the log, inert (readers skip them all)."""
     route = queue.route
-    closing = [] if route is None else [p.partition for p in route.partitions
-                                        if p.state == "closing"]  # fmt: skip
-    if route is not None and closing:
+    if route is None:
+        return
+    closing = [p.partition for p in route.partitions if p.state == "closing"]
+    if closing:
         await close(host, queue, route, closing)
 
 

@@ -27,19 +27,21 @@ pytestmark = [
 KEYS, PER_KEY = 100, 60
 
 
-def settled_route(gateway: GatewayServer, timeout_s: float = 60) -> dict[str, Any]:
+def settled_route(
+    gateway: GatewayServer, timeout_s: float = 60, queue: str = "orders"
+) -> dict[str, Any]:
     """The route once no change is in progress and no count is still to reach."""
     deadline = time.monotonic() + timeout_s
     route: dict[str, Any] = {}
     while time.monotonic() < deadline:
         try:
-            status, route = gateway.admin("GET", "/api/queues/%2F/orders/route")
+            status, route = gateway.admin("GET", f"/api/queues/%2F/{queue}/route")
         except OSError:
             status = 0
         if status == 200 and route["in_progress"] is None and route["target_partitions"] is None:
             return route
         time.sleep(0.1)
-    raise AssertionError(f"the rescale did not settle: {route}")
+    raise AssertionError(f"the change did not settle: {route}")
 
 
 def ask(gateway: GatewayServer, body: dict[str, Any]) -> None:

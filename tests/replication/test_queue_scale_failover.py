@@ -7,7 +7,6 @@ nothing holds the log back on the last master."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import anyio
@@ -18,6 +17,7 @@ from bench.servers import GatewayServer, check_for
 from storage import QUEUE_GROUP, connect_remote_store
 from tests.harness.confirming_clients import AckingConsumer, ChannelPublishers
 from tests.replication.conftest import Group
+from tests.replication.test_keyed_rescale_failover import settled_route
 
 pytestmark = [
     pytest.mark.slow,
@@ -27,17 +27,7 @@ pytestmark = [
 
 
 def settled(gateway: GatewayServer, timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    route: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        try:
-            status, route = gateway.admin("GET", "/api/queues/%2F/elastic/route")
-        except OSError:
-            status = 0
-        if status == 200 and route["in_progress"] is None:
-            return route
-        time.sleep(0.1)
-    raise AssertionError(f"the change did not settle: {route}")
+    return settled_route(gateway, timeout_s, queue="elastic")
 
 
 def ask(gateway: GatewayServer, partitions: int) -> None:
