@@ -136,8 +136,10 @@ class StorePort(Protocol):
 if TYPE_CHECKING:  # both implementations must fit the port: mypy checks it here
     from storage.embedded import EmbeddedStore
     from storage.remote_store import RemoteStore
+    from storage.rocketmq.store import RocketMQStore
     from storage.routed_store import RoutedStore
 
     _embedded: type[StorePort] = EmbeddedStore
     _remote: type[StorePort] = RemoteStore
     _routed: type[StorePort] = RoutedStore
+    _rocketmq: type[StorePort] = RocketMQStore
