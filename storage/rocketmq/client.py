@@ -35,6 +35,12 @@ DELETE_TOPIC_IN_NAMESRV = 216
 SEND_BATCH_MESSAGE = 320
 # Response codes (ResponseCode).
 SUCCESS = 0
+SYSTEM_BUSY = 2
+FLUSH_DISK_TIMEOUT = 10
+SLAVE_NOT_AVAILABLE = 11
+FLUSH_SLAVE_TIMEOUT = 12
+SERVICE_NOT_AVAILABLE = 14
+NO_PERMISSION = 16
 TOPIC_NOT_EXIST = 17
 PULL_NOT_FOUND = 19
 PULL_RETRY_IMMEDIATELY = 20
@@ -103,6 +109,17 @@ class RocketMQClient:
         raise failure
 
     # -- cluster and routes -------------------------------------------------------------
+
+    async def groups(self) -> dict[str, list[str]]:
+        """Broker name -> the addresses of its brokers, by broker id (0, the master, first
+        when there is one)."""
+        response = await self._namesrv(request(GET_BROKER_CLUSTER_INFO), "cluster info")
+        info = loads(response.body)
+        found: dict[str, list[str]] = {}
+        for name, data in (info.get("brokerAddrTable") or {}).items():
+            addresses = data.get("brokerAddrs") or {}
+            found[name] = [addresses[i] for i in sorted(addresses, key=int)]
+        return found
 
     async def masters(self) -> dict[str, str]:
         """Broker name -> its master's address, for every broker group with a master."""

@@ -111,7 +111,9 @@ class Connection:
         self._stream = None
         if not self._closed:
             log.warning(
-                "rocketmq: connection to %s lost (%s)", self.address, error or type(error).__name__
+                "rocketmq: connection to %s lost (%s)",
+                self.address,
+                str(error) or type(error).__name__,
             )
         for waiter in self._waiters.values():
             waiter.done.set()  # response None: lost

@@ -10,7 +10,19 @@ import anyio
 
 from storage.errors import StoreError
 from storage.record import Record
-from storage.rocketmq.client import TOPIC_NOT_EXIST, RocketMQClient, RocketMQError, Route
+from storage.remote_store import BrokerUnavailable
+from storage.rocketmq.client import (
+    FLUSH_DISK_TIMEOUT,
+    FLUSH_SLAVE_TIMEOUT,
+    NO_PERMISSION,
+    SERVICE_NOT_AVAILABLE,
+    SLAVE_NOT_AVAILABLE,
+    SYSTEM_BUSY,
+    TOPIC_NOT_EXIST,
+    RocketMQClient,
+    RocketMQError,
+    Route,
+)
 from storage.rocketmq.messages import batch_body, message_of, properties_size
 from storage.rocketmq.naming import Names
 
@@ -18,6 +30,13 @@ K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 CHUNK_BYTES = 4 << 20  # one send request's body at most (a larger record goes alone)
 CHUNK_MESSAGES = 1024
+# A send that failed because its master went away is sent again to the next master for this
+# long (RocketMQ's controller elects one in seconds), then the append fails.
+FAILOVER_WAIT_S = 20.0
+RETRY_S = 0.2
+# Answers of a broker that is not (or no longer) the master, or busy: worth sending again.
+TRANSIENT = frozenset({SYSTEM_BUSY, FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE,
+                       FLUSH_SLAVE_TIMEOUT, SERVICE_NOT_AVAILABLE, NO_PERMISSION})  # fmt: skip
 Destination = tuple[int, int]
 
 
@@ -58,9 +77,11 @@ def _chunks(records: Sequence[Record], indexes: list[int]) -> list[list[int]]:
 
 
 class Sender:
-    def __init__(self, client: RocketMQClient, names: Names) -> None:
+    def __init__(self, client: RocketMQClient, names: Names,
+                 monotonic: Callable[[], float]) -> None:  # fmt: skip
         self.client = client
         self.names = names
+        self.monotonic = monotonic
         self._locks: dict[Destination, anyio.Lock] = {}
 
     @staticmethod
@@ -76,10 +97,12 @@ class Sender:
         records: Sequence[Record],
         routes: dict[int, Route],
         lost: Callable[[int], None],
+        reroute: Callable[[int], Awaitable[Route | None]],
     ) -> tuple[dict[Destination, int], list[int | None]]:
         """Send each record to its destinations on ``routes`` (others are dropped); the
         first queue offset per destination, and each record's first commitlog offset (None
-        for a record sent nowhere). ``lost(queue id)``: the broker no longer has its topic."""
+        for a record sent nowhere). ``lost(queue id)``: the broker no longer has its topic;
+        ``reroute(queue id)``: where it is now, asked after a failed send (None: unknown)."""
         by_destination: dict[Destination, list[int]] = {}
         for i, record in enumerate(records):
             for queue_id, partition in record.destinations:
@@ -97,15 +120,27 @@ class Sender:
                 for chunk in _chunks(records, by_destination[destination]):
                     born = records[chunk[0]].born_ts_ms
                     body, _ = batch_body(message_of(records[i], born) for i in chunk)
-                    try:
-                        first, commits = await self.client.send_batch(
-                            route.broker, route.topic, partition, body, born
-                        )
-                    except RocketMQError as error:
-                        if error.code != TOPIC_NOT_EXIST:
-                            raise
-                        lost(queue_id)  # deleted meanwhile: stored nowhere
-                        return
+                    deadline = self.monotonic() + FAILOVER_WAIT_S
+                    while True:
+                        try:
+                            first, commits = await self.client.send_batch(
+                                route.broker, route.topic, partition, body, born
+                            )
+                            break
+                        except RocketMQError as error:
+                            if error.code == TOPIC_NOT_EXIST:
+                                lost(queue_id)  # deleted meanwhile: stored nowhere
+                                return
+                            if error.code not in TRANSIENT or self.monotonic() > deadline:
+                                raise
+                        except BrokerUnavailable:
+                            if self.monotonic() > deadline:
+                                raise
+                        # The master is away (a failover): send again to the one the name
+                        # servers name next. What the lost send stored is kept: the message
+                        # may then be in the partition twice (docs/rocketmq.md).
+                        await anyio.sleep(RETRY_S)
+                        route = await reroute(queue_id) or route
                     starts.setdefault(destination, first)
                     for i, commit in zip(chunk, commits, strict=False):
                         if offsets[i] is None:

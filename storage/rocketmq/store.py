@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from storage.errors import RecordTooLarge, StaleFence, StoreError, UnknownQueue
 from storage.record import Record
+from storage.remote_store import BrokerUnavailable
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,
@@ -73,7 +74,7 @@ class RocketMQStore:
         self._groups: set[tuple[str, str]] = set()  # (broker, group) created
         self._floors: dict[tuple[int, int], tuple[int, float]] = {}  # -> (floor, read at)
         self._progress: dict[tuple[str, int, int], tuple[int, int, int, int]] = {}
-        self._sender = Sender(client, names)
+        self._sender = Sender(client, names, monotonic)
         self._seq = 0
 
     # -- routes --------------------------------------------------------------------------
@@ -89,6 +90,24 @@ class RocketMQStore:
             raise UnknownQueue(queue_id, partition)
         return route
 
+    async def _reroute(self, queue_id: int) -> Route | None:
+        """Where the queue's topic is now, by the name servers (after its broker failed)."""
+        self._routes.pop(queue_id, None)
+        try:
+            return await self._route(queue_id)
+        except (UnknownQueue, BrokerUnavailable):
+            return None  # mid-failover: the old master unregistered, the new one not yet
+
+    @contextlib.contextmanager
+    def _rerouted_after(self, queue_id: int) -> Iterator[None]:
+        """A call that found its broker away leaves the route to be asked again (the next
+        call goes to the master the name servers name then)."""
+        try:
+            yield
+        except BrokerUnavailable:
+            self._routes.pop(queue_id, None)
+            raise
+
     def _forget(self, queue_id: int) -> None:
         self._routes.pop(queue_id, None)
         self._sender.forget(queue_id)
@@ -97,11 +116,21 @@ class RocketMQStore:
         for pkey in [k for k in self._progress if k[1] == queue_id]:
             del self._progress[pkey]
 
-    async def _group(self, broker: str, group: str) -> str:
-        if (broker, group) not in self._groups:
-            await self.client.create_group(broker, group)
-            self._groups.add((broker, group))
+    async def _group(self, route: Route, group: str) -> str:
+        if (route.broker, group) not in self._groups:
+            await self._on_group(route, lambda broker: self.client.create_group(broker, group))
+            self._groups.add((route.broker, group))
         return group
+
+    async def _on_group(self, route: Route, call: Callable[[str], Awaitable[None]]) -> None:
+        """``call`` on the master, then on its slaves: a slave that becomes master must have
+        every topic and group already (RocketMQ copies them over only every 10 s)."""
+        await call(route.broker)
+        members = (await self.client.groups()).get(route.broker_name, [])
+        for other in members:
+            if other != route.broker:
+                with contextlib.suppress(StoreError):  # a slave that is down gets it later
+                    await call(other)
 
     # -- appends -------------------------------------------------------------------------
 
@@ -116,7 +145,7 @@ class RocketMQStore:
         for queue_id in {q for r in records for q, _ in r.destinations}:
             with contextlib.suppress(UnknownQueue):  # deleted: stored nowhere, as in mqgw's
                 routes[queue_id] = await self._route(queue_id)
-        starts, offsets = await self._sender.send(records, routes, self._forget)
+        starts, offsets = await self._sender.send(records, routes, self._forget, self._reroute)
         self._seq += 1
         complete = all(o is not None for o in offsets)
         return AppendResult(
@@ -145,24 +174,25 @@ class RocketMQStore:
         max_bytes: int = 4 << 20,
         wait_ms: int = 0,
     ) -> ReadResult:
-        route = await self._route(queue_id, partition)
-        floor = await self._floor(queue_id, partition, route)
-        group = await self._group(route.broker, self.names.reader_group)
-        try:
-            return await read_partition(
-                self.client,
-                route,
-                group,
-                self.names.topic(queue_id),
-                partition,
-                offset,
-                floor,
-                max_count,
-                max_bytes,
-                wait_ms,
-            )
-        except RocketMQError as error:
-            raise self._lost(queue_id, error) from None
+        with self._rerouted_after(queue_id):
+            route = await self._route(queue_id, partition)
+            floor = await self._floor(queue_id, partition, route)
+            group = await self._group(route, self.names.reader_group)
+            try:
+                return await read_partition(
+                    self.client,
+                    route,
+                    group,
+                    self.names.topic(queue_id),
+                    partition,
+                    offset,
+                    floor,
+                    max_count,
+                    max_bytes,
+                    wait_ms,
+                )
+            except RocketMQError as error:
+                raise self._lost(queue_id, error) from None
 
     def _lost(self, queue_id: int, error: RocketMQError) -> StoreError:
         if error.code == TOPIC_NOT_EXIST:
@@ -176,7 +206,7 @@ class RocketMQStore:
         now = self._monotonic()
         if cached is not None and now - cached[1] < FLOOR_TTL_S:
             return cached[0]
-        group = await self._group(route.broker, self.names.floor_group)
+        group = await self._group(route, self.names.floor_group)
         floor = await self.client.group_offset(route.broker, group, route.topic, partition)
         self._floors[key] = (floor or 0, now)
         return floor or 0
@@ -197,7 +227,8 @@ class RocketMQStore:
             route = Route(masters[name], name, 0, self.names.topic(queue_id))
         if route.queues >= partitions:
             return
-        await self.client.create_topic(route.broker, route.topic, partitions)
+        topic = route.topic
+        await self._on_group(route, lambda b: self.client.create_topic(b, topic, partitions))
         self._routes[queue_id] = route._replace(queues=partitions)
 
     async def queues(self) -> dict[int, int]:
@@ -219,30 +250,32 @@ class RocketMQStore:
             self._forget(queue_id)
 
     async def purge(self, queue_id: int, group: str = QUEUE_GROUP) -> int:
-        stats = await self.queue_stats(queue_id, group)
-        route = await self._route(queue_id)
-        floor_group = await self._group(route.broker, self.names.floor_group)
-        now = self._monotonic()
-        for part in stats.partitions:
-            await self.client.commit_group_offset(
-                route.broker, floor_group, route.topic, part.partition, part.max_offset
-            )
-            self._floors[(queue_id, part.partition)] = (part.max_offset, now)
-        for key in [k for k in self._progress if k[1] == queue_id]:
-            del self._progress[key]
-        return stats.ready
+        with self._rerouted_after(queue_id):
+            stats = await self.queue_stats(queue_id, group)
+            route = await self._route(queue_id)
+            floor_group = await self._group(route, self.names.floor_group)
+            now = self._monotonic()
+            for part in stats.partitions:
+                await self.client.commit_group_offset(
+                    route.broker, floor_group, route.topic, part.partition, part.max_offset
+                )
+                self._floors[(queue_id, part.partition)] = (part.max_offset, now)
+            for key in [k for k in self._progress if k[1] == queue_id]:
+                del self._progress[key]
+            return stats.ready
 
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
-        route = await self._route(queue_id)
+        with self._rerouted_after(queue_id):
+            route = await self._route(queue_id)
 
-        async def one(partition: int) -> PartitionStats:
-            return await self._partition_stats(route, queue_id, partition, group)
+            async def one(partition: int) -> PartitionStats:
+                return await self._partition_stats(route, queue_id, partition, group)
 
-        try:
-            parts = await each(list(range(route.queues)), one)
-        except RocketMQError as error:
-            raise self._lost(queue_id, error) from None
-        return QueueStats.of(queue_id, [parts[p] for p in range(route.queues)])
+            try:
+                parts = await each(list(range(route.queues)), one)
+            except RocketMQError as error:
+                raise self._lost(queue_id, error) from None
+            return QueueStats.of(queue_id, [parts[p] for p in range(route.queues)])
 
     async def _partition_stats(
         self, route: Route, queue_id: int, partition: int, group: str
@@ -251,7 +284,7 @@ class RocketMQStore:
         low = await self.client.min_offset(broker, topic, partition)
         high = await self.client.max_offset(broker, topic, partition)
         floor = await self._floor(queue_id, partition, route)
-        rgroup = await self._group(broker, self.names.group(group))
+        rgroup = await self._group(route, self.names.group(group))
         stored = await self.client.group_offset(broker, rgroup, topic, partition)
         start = max(low, floor)
         committed = max(stored or 0, start)
@@ -263,7 +296,7 @@ class RocketMQStore:
     # -- offsets -------------------------------------------------------------------------
 
     async def _fence(self, route: Route, group: str, partition: int) -> int:
-        fence_group = await self._group(route.broker, self.names.fence_group(group))
+        fence_group = await self._group(route, self.names.fence_group(group))
         return (
             await self.client.group_offset(route.broker, fence_group, route.topic, partition) or 0
         )
@@ -291,32 +324,34 @@ class RocketMQStore:
         fence: int = 0,
         progress: DeliveryProgress | None = None,
     ) -> None:
-        route = await self._route(queue_id, partition)
-        if fence:
-            await self._admit(route, queue_id, group, partition, fence)
-        rgroup = await self._group(route.broker, self.names.group(group))
-        try:
-            await self.client.commit_group_offset(
-                route.broker, rgroup, route.topic, partition, offset
-            )
-        except RocketMQError as error:
-            raise self._lost(queue_id, error) from None
-        if progress is not None:
-            high = await self.client.max_offset(route.broker, route.topic, partition)
-            ready = max(0, high - progress[0]) + progress[1]
-            self._progress[(group, queue_id, partition)] = (*progress, ready)
+        with self._rerouted_after(queue_id):
+            route = await self._route(queue_id, partition)
+            if fence:
+                await self._admit(route, queue_id, group, partition, fence)
+            rgroup = await self._group(route, self.names.group(group))
+            try:
+                await self.client.commit_group_offset(
+                    route.broker, rgroup, route.topic, partition, offset
+                )
+            except RocketMQError as error:
+                raise self._lost(queue_id, error) from None
+            if progress is not None:
+                high = await self.client.max_offset(route.broker, route.topic, partition)
+                ready = max(0, high - progress[0]) + progress[1]
+                self._progress[(group, queue_id, partition)] = (*progress, ready)
 
     async def committed_offset(
         self, group: str, queue_id: int, partition: int, fence: int = 0
     ) -> int:
-        route = await self._route(queue_id, partition)
-        if fence:
-            await self._admit(route, queue_id, group, partition, fence)
-        rgroup = await self._group(route.broker, self.names.group(group))
-        stored = await self.client.group_offset(route.broker, rgroup, route.topic, partition)
-        low = await self.client.min_offset(route.broker, route.topic, partition)
-        floor = await self._floor(queue_id, partition, route)
-        return max(stored or 0, low, floor)
+        with self._rerouted_after(queue_id):
+            route = await self._route(queue_id, partition)
+            if fence:
+                await self._admit(route, queue_id, group, partition, fence)
+            rgroup = await self._group(route, self.names.group(group))
+            stored = await self.client.group_offset(route.broker, rgroup, route.topic, partition)
+            low = await self.client.min_offset(route.broker, route.topic, partition)
+            floor = await self._floor(queue_id, partition, route)
+            return max(stored or 0, low, floor)
 
     def set_append_limit(
         self, queue_id: int, max_length: int | None, max_length_bytes: int | None = None
@@ -324,9 +359,10 @@ class RocketMQStore:
         return None  # RocketMQ cannot refuse by depth: the gateway checks (docs/rocketmq.md)
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
-        route = await self._route(queue_id, partition)
-        found = await self.client.offset_for_time(route.broker, route.topic, partition, ts_ms)
-        return max(found, await self._floor(queue_id, partition, route))
+        with self._rerouted_after(queue_id):
+            route = await self._route(queue_id, partition)
+            found = await self.client.offset_for_time(route.broker, route.topic, partition, ts_ms)
+            return max(found, await self._floor(queue_id, partition, route))
 
     # -- what the broker manages itself ---------------------------------------------------
 
