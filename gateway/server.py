@@ -35,7 +35,9 @@ from gateway.sessions.connection_io import serve_connection
 from meta.local_store import LocalMetadataStore
 from meta.redis_store import RedisMetadataStore
 from meta.store import MetadataStore
-from storage import DiskFull, StoreLocked, StorePort, open_embedded_store
+from storage import BrokerUnavailable, DiskFull, StoreLocked, StorePort, open_embedded_store
+from storage.config import max_record_bytes_for
+from storage.rocketmq import connect_rocketmq_store
 
 log = logging.getLogger("mqgw.server")
 
@@ -44,6 +46,10 @@ log = logging.getLogger("mqgw.server")
 async def _backends(settings: GatewaySettings) -> AsyncIterator[tuple[StorePort, MetadataStore]]:
     """Embedded: the store and the metadata file under the data directory. Cluster (--meta):
     Redis and a broker (gateway/cluster/link.py)."""
+    if settings.store:
+        async with _rocketmq_backends(settings) as backends:
+            yield backends
+        return
     if settings.meta:
         # Nothing of the cluster's is kept here; the directory is still the gateway's own
         # (the disk alarm reads it; the broker has its own alarm for the messages).
@@ -67,6 +73,37 @@ async def _backends(settings: GatewaySettings) -> AsyncIterator[tuple[StorePort,
                 f"data directory {settings.data_dir} is not usable{where}: {_why(error)}"
             ) from None
         yield embedded, local
+
+
+@asynccontextmanager
+async def _rocketmq_backends(
+    settings: GatewaySettings,
+) -> AsyncIterator[tuple[StorePort, MetadataStore]]:
+    """--store rocketmq://: the messages in RocketMQ; the metadata in Redis (--meta, shared
+    with the other gateways) or, alone, in the data directory."""
+    assert settings.store is not None
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    max_record = max_record_bytes_for(settings.max_message_size_bytes)
+    async with AsyncExitStack() as stack:
+        try:
+            store = await stack.enter_async_context(
+                connect_rocketmq_store(settings.store, max_record)
+            )
+        except BrokerUnavailable as error:
+            raise StartFailure(f"RocketMQ store {settings.store} unreachable: {error}") from None
+        log.info("messages in RocketMQ at %s", settings.store)
+        if not settings.meta:
+            yield store, LocalMetadataStore(settings.data_dir / "meta",
+                                            exchange_types=EXCHANGE_TYPES,
+                                            default_user=not settings.users)  # fmt: skip
+            return
+        meta = RedisMetadataStore(settings.meta, exchange_types=frozenset(EXCHANGE_TYPES),
+                                  default_user=not settings.users)  # fmt: skip
+        try:
+            yield store, meta
+        finally:
+            with anyio.CancelScope(shield=True):
+                await meta.close()
 
 
 async def serve(

@@ -69,6 +69,8 @@ RABBITMQ: dict[str, tuple[str, str]] = {
                               "(0.4 in 3.x, 0.6 in 4.x)", ""),
     "meta": ("- (a RabbitMQ cluster keeps metadata in Mnesia/Khepri on every node)",
              "gateways share Redis; brokers hold the messages"),
+    "store": ("- (RabbitMQ stores messages itself)",
+              "an existing Apache RocketMQ 5 estate holds the messages (docs/rocketmq.md)"),
     "reuse_port": ("- (one Erlang VM uses every core; mqgw runs a process per core)",
                    "`mqgw serve --workers N` sets it on its gateways"),
     "flush": ("- (confirms of persistent messages follow an fsync)", ""),

@@ -43,6 +43,7 @@ from gateway.config.logging_setup import check_category, level_number, parse_rot
 from meta.partitions import check_policy_definition
 from storage import FlushPolicy, StoreConfig
 from storage.config import largest_record_in, max_record_bytes_for
+from storage.rocketmq import parse_rocketmq_url
 
 # Off while config_sources builds settings from the sources it has already read itself.
 READ_ENVIRONMENT: ContextVar[bool] = ContextVar("mqgw_read_environment", default=True)
@@ -126,6 +127,11 @@ class GatewaySettings(BaseSettings):
     data_dir: Path = Field(Path("data"), description="store and metadata directory")
     meta: str | None = Field(
         None, description="cluster: metadata store URL, redis://H:P/N (none: embedded node)"
+    )
+    store: str | None = Field(
+        None,
+        description="message store URL: rocketmq://NAMESRV[;NAMESRV...][/NAMESPACE] stores "
+        "every message in Apache RocketMQ (none: mqgw's own store, or the cluster's brokers)",
     )
     reuse_port: bool = Field(
         False,
@@ -252,6 +258,13 @@ class GatewaySettings(BaseSettings):
     otel_sampling_ratio: float = Field(
         1.0, ge=0, le=1, description="share of new traces sampled (clients' choices are kept)"
     )
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rocketmq_url(value)  # its ValueError says what is wrong
+        return value
 
     @field_validator("otel_endpoint")
     @classmethod
