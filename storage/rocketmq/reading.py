@@ -1,5 +1,6 @@
 """A read of one partition over RocketMQ pulls (see store.py): statuses as mqgw's store
-gives them, the purge floor applied, pulled again until the read is full."""
+gives them, the purge floor applied, pulled again until the read is full; a read below
+what the store itself sent (``sent_end``) waits for RocketMQ's dispatch to index it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from storage.rocketmq.client import (
 from storage.rocketmq.messages import decode_pulled
 
 MAX_PULLS = 64  # per read: a broker answering 32 at a time still fills a read of 2,048
+# A read that finds nothing below what this store sent holds its pull this long at most:
+# the broker answers as soon as its dispatch has indexed the messages (milliseconds).
+DISPATCH_WAIT_MS = 1000
 
 
 async def read_partition(
@@ -28,6 +32,7 @@ async def read_partition(
     max_count: int,
     max_bytes: int,
     wait_ms: int,
+    sent_end: int = 0,
 ) -> ReadResult:
     moved = offset < floor
     at = max(offset, floor)
@@ -36,6 +41,8 @@ async def read_partition(
     low = high = 0
     for pull in range(MAX_PULLS):
         wait = wait_ms if pull == 0 and not moved else 0
+        if not messages and at < sent_end:  # sent and confirmed here, not indexed yet
+            wait = max(wait, DISPATCH_WAIT_MS)
         got = await client.pull(
             route.broker,
             group,

@@ -83,12 +83,18 @@ class Sender:
         self.names = names
         self.monotonic = monotonic
         self._locks: dict[Destination, anyio.Lock] = {}
+        # Per partition, the end of what this store has sent there. RocketMQ acknowledges a
+        # send once its commitlog has it and indexes it a moment later (its dispatch runs
+        # behind), so a read right after a confirm waits for up to here (reading.py).
+        self.sent_end: dict[Destination, int] = {}
 
     @staticmethod
     def size_of(record: Record) -> int:
         return properties_size(record)
 
     def forget(self, queue_id: int) -> None:
+        for key in [k for k in self.sent_end if k[0] == queue_id]:
+            del self.sent_end[key]
         for key in [k for k, lock in self._locks.items() if k[0] == queue_id and not lock.locked()]:
             del self._locks[key]
 
@@ -142,6 +148,9 @@ class Sender:
                         await anyio.sleep(RETRY_S)
                         route = await reroute(queue_id) or route
                     starts.setdefault(destination, first)
+                    end = first + len(chunk)
+                    if end > self.sent_end.get(destination, 0):
+                        self.sent_end[destination] = end
                     for i, commit in zip(chunk, commits, strict=False):
                         if offsets[i] is None:
                             offsets[i] = commit

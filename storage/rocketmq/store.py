@@ -190,6 +190,7 @@ class RocketMQStore:
                     max_count,
                     max_bytes,
                     wait_ms,
+                    self._sender.sent_end.get((queue_id, partition), 0),
                 )
             except RocketMQError as error:
                 raise self._lost(queue_id, error) from None
@@ -283,6 +284,8 @@ class RocketMQStore:
         broker, topic = route.broker, route.topic
         low = await self.client.min_offset(broker, topic, partition)
         high = await self.client.max_offset(broker, topic, partition)
+        # What this store sent is counted even before RocketMQ's dispatch indexed it.
+        high = max(high, self._sender.sent_end.get((queue_id, partition), 0))
         floor = await self._floor(queue_id, partition, route)
         rgroup = await self._group(route, self.names.group(group))
         stored = await self.client.group_offset(broker, rgroup, topic, partition)
