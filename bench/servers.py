@@ -7,6 +7,7 @@ PR_SET_PDEATHSIG: when the bench (or test) process dies, they die too.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import re
 import shutil
@@ -161,7 +162,7 @@ class GatewayServer:
             sys.executable, "-m", "mqgw_cli.main", "serve",
             *(["--host", self.host] if self.host is not None else []),
             "--amqp-port", "0", "--admin-port", "0",
-            "--data-dir", str(self.data_dir), *self.args,
+            "--data-dir", str(self.data_dir), *self.args, *self._over_rocketmq(),
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             cmd,
@@ -177,6 +178,16 @@ class GatewayServer:
             self.kill()
             raise RuntimeError("gateway did not start:\n" + "".join(self.log_lines[-40:]))
         return self
+
+    def _over_rocketmq(self) -> list[str]:
+        """With MQGW_TEST_ROCKETMQ=NAMESRV (tests/rocketmq/test_suites_over_rocketmq.py), a
+        gateway started with neither a store nor Redis stores its messages in that RocketMQ,
+        in a namespace of its data directory's own (the same again at a restart)."""
+        namesrv = os.environ.get("MQGW_TEST_ROCKETMQ")
+        if not namesrv or {"--store", "--meta"} & set(self.args):
+            return []
+        namespace = "t" + hashlib.sha1(str(self.data_dir.resolve()).encode()).hexdigest()[:16]
+        return ["--store", f"rocketmq://{namesrv}/{namespace}"]
 
     def _drain(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
