@@ -26,6 +26,7 @@ from mqgw_cli.ctl_commands import add_ctl_commands
 from mqgw_cli.definitions_commands import add_definitions_commands
 from mqgw_cli.queue_commands import add_queue_commands
 from mqgw_cli.replay_commands import add_replay_commands
+from mqgw_cli.rocketmq_commands import add_rocketmq_commands
 from mqgw_cli.sim_commands import add_sim_commands
 from mqgw_cli.storage_commands import add_storage_commands
 
@@ -92,11 +93,12 @@ def _bench_run(args: argparse.Namespace) -> int:
 def _bench_compare(args: argparse.Namespace) -> int:
     from bench.load.compare import compare, pick
 
-    if args.with_cluster:
+    if args.with_cluster or args.with_rocketmq:
         from bench.load.versus import compare_cluster
 
         if args.compare:
-            raise SystemExit("mqgw bench compare: --with-cluster starts its own sides, not URLs")
+            raise SystemExit("mqgw bench compare: --with-cluster and --with-rocketmq start "
+                             "their own sides, not URLs")  # fmt: skip
         if any(n < 1 for n in args.cluster_gateways):
             raise SystemExit("mqgw bench compare: --cluster-gateways must be ≥ 1")
         from bench.cpu_cap import CpuCapError
@@ -104,12 +106,13 @@ def _bench_compare(args: argparse.Namespace) -> int:
         try:
             report = compare_cluster(
                 pick(args.scenarios),
-                args.cluster_gateways,
+                args.cluster_gateways if args.with_cluster else [],
                 args.with_rabbitmq,
                 args.scale,
                 args.rounds,
                 args.procs,
                 args.gateway_cpu,
+                args.with_rocketmq,
             )
         except CpuCapError as error:
             raise SystemExit(f"mqgw bench compare: --gateway-cpu: {error}") from None
@@ -169,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_controller_command(commands)
     add_sim_commands(commands)
     add_cluster_commands(commands)
+    add_rocketmq_commands(commands)
     add_queue_commands(commands)
     add_ctl_commands(commands)
     add_definitions_commands(commands)
@@ -229,6 +233,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start a private cluster (redis, 1 broker, N gateways) and the embedded node "
         "(both sync flush) and compare them; with --with-rabbitmq, RabbitMQ too",
+    )
+    side.add_argument(
+        "--with-rocketmq",
+        action="store_true",
+        help="start a local RocketMQ (`mqgw rocketmq up`'s processes) with a gateway over it "
+        "(--store rocketmq://) and the embedded node, and compare them; with --with-rabbitmq, "
+        "RabbitMQ too; CPU per process (gateway and each JVM)",
     )
     side.add_argument(
         "--cluster-gateways",

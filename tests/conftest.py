@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.processes import GatewayProcess
+from tests.harness.rocketmq import rocketmq  # noqa: F401 (the session fixture, for all tests)
 
 
 @pytest.fixture
