@@ -2,6 +2,8 @@
 
 - the embedded node: `mqgw serve` with its own store, sync flush (fsync before each confirm);
 - RabbitMQ: a private node, persistent messages in durable classic queues (fsync, confirm);
+- over RocketMQ: a local RocketMQ 5 (`mqgw rocketmq up`'s processes) and a gateway with
+  `--store rocketmq://`, its CPU per process (gateway, name server, broker);
 - a cluster: Redis, one storage broker (no replicas) and N gateways, started with the code of
   `mqgw cluster up` in a private directory, the broker with sync flush too (the store is
   where flushing happens; the gateways get the same setting). Publishers and consumers are
@@ -25,12 +27,14 @@ from pathlib import Path
 
 from bench.cpu_cap import CapStats, CpuCap, describe
 from bench.load.runner import Target, console
-from bench.servers import GatewayServer, RabbitMQProcess
+from bench.servers import GatewayServer, RabbitMQProcess, die_with_parent
 from localcluster import control
 from localcluster.layout import Member, Shape
+from localcluster.rocketmq import local
 
 CLUSTER_START_TIMEOUT_S = 60.0
 CLUSTER_STOP_TIMEOUT_S = 20.0
+ROCKETMQ_START_TIMEOUT_S = 120.0
 Counters = dict[str, dict[str, int]]  # gateway name -> {"publish": n, "deliver": m}
 
 
@@ -44,6 +48,7 @@ class Side:
     pids: list[int] = field(default_factory=list)  # every process it runs, to check they go
     counters: Callable[[], Counters] | None = None  # per gateway totals, now
     cap_stats: Callable[[], CapStats] | None = None  # its capped gateways' CPU, now
+    other_pids: dict[str, int] = field(default_factory=dict)  # processes beside the target's
 
     @property
     def is_cluster(self) -> bool:
@@ -156,6 +161,28 @@ def cluster_side(root: Path, gateways: int, cap: CpuCap | None = None) -> Iterat
         left = [s.member.name for s in stopped if not s.gone]
         if left:
             console.print(f"[red]{name}: still running after down: {', '.join(left)}")
+
+
+@contextlib.contextmanager
+def rocketmq_side(root: Path) -> Iterator[Side]:
+    """A gateway over a local RocketMQ (one name server, one broker, sync flush); the CPU of
+    its JVMs is reported per process (``Side.other_pids``)."""
+    console.print("starting RocketMQ (name server, broker: sync flush) and a gateway over it")
+    layout = local.up(root / "rocketmq", 1, ROCKETMQ_START_TIMEOUT_S, preexec=die_with_parent)
+    try:
+        store = f"rocketmq://{layout.namesrv.address}/bench"
+        server = GatewayServer(root / "gateway-on-rocketmq", ["--store", store]).start()
+        try:
+            policy = "mqgw over RocketMQ 5: confirm after the broker's sync flush"
+            target = Target(server.url, "rocketmq", policy, server.pid, root / "rocketmq")
+            jvms = {p.name: p.pid for p in layout.processes if p.pid is not None}
+            side = Side("over-rocketmq", target, pids=[server.pid, *jvms.values()])
+            side.other_pids = jvms
+            yield side
+        finally:
+            server.stop()
+    finally:
+        local.down(root / "rocketmq", purge=True)
 
 
 def gateway_counters(admin_urls: dict[str, str]) -> Counters:

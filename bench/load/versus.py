@@ -43,7 +43,9 @@ from bench.load.sides import (
     embedded_side,
     pid_alive,
     rabbitmq_side,
+    rocketmq_side,
 )
+from bench.servers import tree_cpu_s
 
 Rows = list[dict[str, dict[str, Any]]]  # per round: side name -> that run's result
 
@@ -70,6 +72,7 @@ def compare_cluster(
     rounds: int,
     procs: int,
     gateway_cpu: float | None = None,
+    with_rocketmq: bool = False,
 ) -> dict[str, Any]:
     """Start the sides, run, stop them all; the summaries, the sides and whether every
     process they started has gone. ``gateway_cpu``: cap each gateway at that many cores."""
@@ -84,6 +87,8 @@ def compare_cluster(
             console.print(f"{cap_note} (cgroup v{cap.hierarchy.version if cap.hierarchy else '?'})")
         for gateways in cluster_gateways:
             sides.append(stack.enter_context(cluster_side(root, gateways, cap)))
+        if with_rocketmq:
+            sides.append(stack.enter_context(rocketmq_side(root)))
         sides.append(stack.enter_context(embedded_side(root, cap)))
         if with_rabbitmq:
             sides.append(stack.enter_context(rabbitmq_side(root)))
@@ -131,6 +136,7 @@ def _rounds(
 def _run(scenario: Scenario, side: Side, scale: float, procs: int) -> dict[str, Any]:
     before = _counters(side)
     cap_before, started = _cap_stats(side), time.monotonic()
+    others_before = {name: tree_cpu_s(pid) for name, pid in side.other_pids.items()}
     try:
         result = run_scenario(scenario, side.target, scale, procs)
     except Exception as error:  # report and go on: one broken scenario must not end the run
@@ -138,6 +144,12 @@ def _run(scenario: Scenario, side: Side, scale: float, procs: int) -> dict[str, 
     result = {"side": side.name, "gateways": side.gateways, **result}
     cap_after, wall_s = _cap_stats(side), time.monotonic() - started
     after = _counters(side)
+    if others_before:  # CPU of the processes beside the gateway (RocketMQ's JVMs), per 100k
+        delivered = _number(result, "messages") or 0
+        result["cpu_s_by_process"] = {
+            name: _per_100k(tree_cpu_s(pid) - others_before[name], delivered)
+            for name, pid in side.other_pids.items()
+        }
     if before is not None and after is not None:
         result["per_gateway"] = counters_delta(before, after)
     if cap_before is not None and cap_after is not None:
@@ -145,6 +157,11 @@ def _run(scenario: Scenario, side: Side, scale: float, procs: int) -> dict[str, 
         result["cpu_cap"] = cap_usage(cap_before, cap_after, _number(result, "seconds") or wall_s)
     print(json.dumps(result), flush=True)
     return result
+
+
+def _per_100k(cpu_s: float, delivered: float) -> dict[str, float]:
+    per = round(cpu_s * 100_000 / delivered, 3) if delivered else 0.0
+    return {"cpu_s": round(cpu_s, 2), "cpu_s_per_100k": per}
 
 
 def _counters(side: Side) -> Counters | None:
