@@ -7,6 +7,10 @@ and writes cluster.json after every step: if a command dies half-way, the file s
 every process it started, and `down` can stop them. The watcher (localcluster/watch.py)
 takes the same lock for each rewrite, without waiting for it: while a command holds it, the
 command refreshes the roles itself (``roles.refresh``) before it writes.
+
+Over RocketMQ (``Shape(backend="rocketmq")``) the storage is `mqgw rocketmq up`'s processes in
+D/rocketmq (D/rocketmq/rocketmq.json describes them): `up` and `down` start and stop them as
+one tier, between Redis and the gateways; they are not members of cluster.json.
 """
 
 from __future__ import annotations
@@ -19,17 +23,24 @@ from pathlib import Path
 
 from localcluster import launch, probes, roles
 from localcluster.broker_names import broker_name, broker_names
+from localcluster.health import Health
 from localcluster.layout import (
+    ROCKETMQ_DIR,
     STATE_FILE,
     BrokerMember,
     Cluster,
     ClusterError,
     Member,
+    RocketMQMember,
     Shape,
     load,
     new_group,
     plan,
 )
+from localcluster.rocketmq import layout as rocketmq_layout
+from localcluster.rocketmq import local as rocketmq_local
+from localcluster.rocketmq import procs as rocketmq_procs
+from localcluster.rocketmq.layout import RocketMQError
 
 OnReady = Callable[[Member, float], None]  # a process is up, after so many seconds
 OnNote = Callable[[str], None]  # progress that is not one process: a group got its master
@@ -81,28 +92,23 @@ def up(
     on_ready: OnReady,
     on_note: OnNote = lambda _text: None,
 ) -> Cluster:
-    """Start Redis, the controllers, the brokers, then (once every replicated group has a
-    master, so that they find it) the gateways, and the watcher; each tier once the one
-    before is ready. If anything fails to start, what did start is stopped again (nothing
-    is left half up) and ClusterError says why."""
+    """Start Redis, the controllers, the brokers (over RocketMQ: RocketMQ's processes), then
+    (once every replicated group has a master, so that they find it) the gateways, and the
+    watcher; each tier once the one before is ready. If anything fails to start, what did
+    start is stopped again (nothing is left half up) and ClusterError says why."""
     directory = directory.resolve()
     with locked(directory, create=True):
-        previous: Cluster | None = None
-        if (directory / STATE_FILE).exists():
-            previous = load(directory)
-            running = [m.name for m in previous.members() if launch.is_alive(m)]
-            if running:
-                raise AlreadyRunning(
-                    f"a cluster is already running in {directory} ({', '.join(running)}); "
-                    f"nothing was started or stopped: `mqgw cluster down --dir {directory}` "
-                    "first to start it anew"
-                )
+        previous = _previous(directory, shape)
         launch.redis_server()  # fail before starting anything if it is missing
-        cluster = plan(directory, shape, previous)
+        rocketmq = shape.backend == "rocketmq"
+        cluster = plan(directory, shape, previous, _rocketmq_ports(directory) if rocketmq else ())
         cluster.save()
         try:
-            first: list[Sequence[Member]] = [[cluster.redis], cluster.controllers, cluster.brokers]
-            for tier in first:
+            _start_tier(cluster, [cluster.redis], timeout_s, on_ready)
+            if rocketmq:
+                _start_rocketmq(cluster, shape.replicas, timeout_s, on_note)
+            storage: list[Sequence[Member]] = [cluster.controllers, cluster.brokers]
+            for tier in storage:
                 _start_tier(cluster, tier, timeout_s, on_ready)
             _wait_for_masters(cluster, timeout_s, on_note)
             for tier in (cluster.gateways, _watcher(cluster)):
@@ -110,8 +116,8 @@ def up(
         except BaseException as error:  # Ctrl-C too: do not leave half a cluster behind
             stopped = [
                 result.member.name
-                for members in _stop_order(cluster)
-                for result in launch.stop(members, kill=False, timeout_s=10)
+                for tier in _stop_tiers(cluster, timeout_s=10)
+                for result in tier
                 if result.was_running
             ]
             cluster.save()
@@ -121,20 +127,143 @@ def up(
         return cluster
 
 
+def _previous(directory: Path, shape: Shape) -> Cluster | None:
+    """The stopped cluster ``directory`` had, if any, which `up` starts again. AlreadyRunning
+    if a process of it runs; ClusterError if it was over another backend (its Redis holds
+    queues whose messages are in that one)."""
+    if not (directory / STATE_FILE).exists():
+        return None
+    previous = load(directory)
+    running = [m.name for m in previous.members() if launch.is_alive(m)]
+    running += [m.name for m in rocketmq_members(previous) if m.alive]
+    if running:
+        raise AlreadyRunning(
+            f"a cluster is already running in {directory} ({', '.join(running)}); "
+            f"nothing was started or stopped: `mqgw cluster down --dir {directory}` "
+            "first to start it anew"
+        )
+    if previous.backend != shape.backend:
+        raise ClusterError(
+            f"{directory} holds a cluster over {previous.backend} (its metadata names queues "
+            f"stored there): remove {directory}, or use another directory, for one over "
+            f"{shape.backend}"
+        )
+    return previous
+
+
 def _watcher(cluster: Cluster) -> list[Member]:
     return [cluster.watcher] if cluster.watcher is not None else []
 
 
-def _stop_order(cluster: Cluster) -> list[list[Member]]:
-    """The watcher, gateways (clients see a clean close while storage is still there),
-    brokers (they flush and checkpoint), controllers, Redis (which flushes its AOF)."""
-    return [
-        _watcher(cluster),
-        list(cluster.gateways),
-        list(cluster.brokers),
-        list(cluster.controllers),
-        [cluster.redis],
-    ]
+def _stop_tiers(cluster: Cluster, timeout_s: float) -> Iterator[list[launch.Stopped]]:
+    """Stop a tier at a time (its processes together): the watcher, gateways (clients see a
+    clean close while storage is still there), brokers (they flush and checkpoint),
+    controllers, RocketMQ's processes, Redis (which flushes its AOF)."""
+    for tier in (_watcher(cluster), cluster.gateways, cluster.brokers, cluster.controllers):
+        yield launch.stop(tier, kill=False, timeout_s=timeout_s)
+    if cluster.backend == "rocketmq":
+        yield _stop_rocketmq(cluster, timeout_s)
+    yield launch.stop([cluster.redis], kill=False, timeout_s=timeout_s)
+
+
+def _start_rocketmq(cluster: Cluster, replicas: int, timeout_s: float, on_note: OnNote) -> None:
+    """RocketMQ's name server and ``replicas`` brokers, as `mqgw rocketmq up` starts them in
+    D/rocketmq, each line of its progress a note; the gateways' --store is its name server."""
+    try:
+        # Its timeout is for all of its JVMs together: ``timeout_s`` for each.
+        layout = rocketmq_local.up(
+            cluster.rocketmq_dir, replicas, timeout_s * (1 + replicas), progress=on_note
+        )
+    except RocketMQError as error:
+        raise ClusterError(str(error)) from None
+    cluster.store_url = f"rocketmq://{layout.namesrv.address}"
+    cluster.save()
+
+
+def _stop_rocketmq(cluster: Cluster, timeout_s: float) -> list[launch.Stopped]:
+    try:
+        members = rocketmq_members(cluster)
+        outcome = rocketmq_local.down(cluster.rocketmq_dir, timeout_s)
+    except (ClusterError, RocketMQError) as error:  # say so, and stop Redis all the same
+        return [launch.Stopped(_rocketmq_as_one(cluster), str(error), gone=False)]
+    results = []
+    for member in members:
+        said = outcome.get(member.name.removeprefix(_ROCKETMQ_PREFIX), "was not running")
+        gone = said != "ALIVE"  # what procs.stop says of one that outlived SIGKILL
+        if gone:
+            member.pid, member.alive = None, False
+        results.append(launch.Stopped(member, said, gone, was_running=said != "was not running"))
+    return results
+
+
+_ROCKETMQ_PREFIX = f"{ROCKETMQ_DIR}-"  # "rocketmq-namesrv": not taken for an mqgw broker
+
+
+def rocketmq_members(cluster: Cluster) -> list[RocketMQMember]:
+    """The processes of the cluster's RocketMQ, as D/rocketmq/rocketmq.json has them (empty:
+    the cluster is over mqgw's brokers, or its RocketMQ never started); pid only if it runs."""
+    if cluster.backend != "rocketmq":
+        return []
+    try:
+        layout = rocketmq_layout.load(cluster.rocketmq_dir)
+    except RocketMQError as error:
+        raise ClusterError(str(error)) from None
+    if layout is None:
+        return []
+    members = []
+    for process in layout.processes:
+        alive = rocketmq_procs.is_alive(process)
+        members.append(
+            RocketMQMember(
+                name=f"{_ROCKETMQ_PREFIX}{process.name}",
+                role=process.role,
+                pid=process.pid if alive else None,
+                alive=alive,
+                data_dir=process.dir,
+                log=process.log,
+                address=process.address,
+                listen_ports=sorted(process.ports.values()),
+            )
+        )
+    return members
+
+
+def rocketmq_health(cluster: Cluster) -> list[Health]:
+    """`status` of the RocketMQ processes: a name server is healthy when it accepts on its
+    ports, a broker when the name server lists it (its role: master or slave)."""
+    try:
+        _layout, found = rocketmq_local.status(cluster.rocketmq_dir)
+    except RocketMQError as error:  # its rocketmq.json is missing: it never started
+        return [Health(_rocketmq_as_one(cluster), alive=False, healthy=False, detail=str(error))]
+    checks = []
+    for member, each in zip(rocketmq_members(cluster), found, strict=True):
+        if not each.alive:
+            checks.append(Health(member, alive=False, healthy=False, detail="not running"))
+            continue
+        if each.process.role == "broker":
+            member.role = each.state if each.state in ("master", "slave") else "broker"
+        healthy = each.state in ("master", "slave", "serving")
+        detail = f"{each.state} (per the name server)" if member.role != "namesrv" else each.state
+        checks.append(Health(member, alive=True, healthy=healthy, detail=detail))
+    return checks
+
+
+def _rocketmq_as_one(cluster: Cluster) -> RocketMQMember:
+    """All of RocketMQ as one entry, for a table line when its processes cannot be read."""
+    directory = str(cluster.rocketmq_dir)
+    return RocketMQMember(name=ROCKETMQ_DIR, role="rocketmq", data_dir=directory, log="",
+                          address=directory)  # fmt: skip
+
+
+def _rocketmq_ports(directory: Path) -> list[int]:
+    """The ports of D/rocketmq's processes, when it had them before: they get them back."""
+    try:
+        layout = rocketmq_layout.load(directory / ROCKETMQ_DIR)
+    except RocketMQError:
+        return []  # `up` of RocketMQ says so
+    if layout is None:
+        return []
+    return [port for process in layout.processes for port in process.ports.values()]
 
 
 def _wait_for_masters(
@@ -202,6 +331,11 @@ def add_group(
     directory = directory.resolve()
     with locked(directory):
         cluster = load(directory)
+        if cluster.backend == "rocketmq":
+            raise ClusterError(
+                f"this cluster keeps messages in RocketMQ ({cluster.rocketmq_dir}), which has "
+                "no mqgw broker groups to add"
+            )
         if not launch.is_alive(cluster.redis):
             raise ClusterError(
                 f"a new group registers in Redis, which is not running: "
@@ -278,14 +412,14 @@ def stop(directory: Path, name: str, kill: bool, timeout_s: float) -> launch.Sto
 
 
 def down(directory: Path, timeout_s: float) -> list[launch.Stopped]:
-    """Stop everything, in ``_stop_order``: the watcher first (it would rewrite roles while
-    the rest goes), Redis last."""
+    """Stop everything, in ``_stop_tiers``' order: the watcher first (it would rewrite roles
+    while the rest goes), Redis last."""
     directory = directory.resolve()
     with locked(directory):
         cluster = load(directory)
         results = []
-        for tier in _stop_order(cluster):
-            results += launch.stop(tier, kill=False, timeout_s=timeout_s)
+        for stopped in _stop_tiers(cluster, timeout_s):
+            results += stopped
             roles.refresh(cluster)  # while Redis runs: no leader once the controllers went
             cluster.save()
         return results

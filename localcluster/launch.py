@@ -80,9 +80,16 @@ def command(member: Member, cluster: Cluster) -> list[str]:
     if isinstance(member, WatcherMember):
         return [sys.executable, "-m", "localcluster.watch", member.data_dir]
     if isinstance(member, GatewayMember):
+        # Over RocketMQ the messages are there (--store); else on the brokers Redis lists.
+        if cluster.backend == "rocketmq" and not cluster.store_url:
+            raise ClusterError(
+                f"{member.name} keeps messages in RocketMQ, which this cluster has not started "
+                f"(no store_url in {cluster.state_path}): `mqgw cluster up --dir {cluster.dir}`"
+            )
+        store = ["--store", cluster.store_url] if cluster.store_url else []
         return [
             *mqgw, "serve",
-            "--meta", cluster.meta_url,
+            *store, "--meta", cluster.meta_url,
             "--data-dir", member.data_dir, "--node-name", member.name,
             "--amqp-host", "127.0.0.1", "--amqp-port", str(member.amqp_port),
             "--admin-host", "127.0.0.1", "--admin-port", str(member.admin_port),
@@ -90,7 +97,8 @@ def command(member: Member, cluster: Cluster) -> list[str]:
     raise TypeError(f"unknown member kind {type(member).__name__}")
 
 
-def _cmdline(pid: int) -> list[str]:
+def cmdline(pid: int) -> list[str]:
+    """The command line of ``pid`` ([] when it is gone or not ours to read)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -111,7 +119,7 @@ def is_alive(member: Member) -> bool:
         return False
     except PermissionError:
         return False  # another user's process: the pid was reused
-    args = _cmdline(member.pid)
+    args = cmdline(member.pid)
     if isinstance(member, RedisMember):
         # redis-server rewrites its title to "redis-server 127.0.0.1:PORT" once started.
         joined = " ".join(args)

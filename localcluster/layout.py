@@ -22,6 +22,8 @@ FORMAT = 2  # cluster.json's format version: bump when a reader must change
 # read as such, so a cluster started by an older mqgw can still be stopped by this one.
 READABLE_FORMATS = (1, 2)
 STATE_FILE = "cluster.json"
+BACKENDS = ("mqgw", "rocketmq")  # where the gateways keep messages: mqgw brokers, or RocketMQ
+ROCKETMQ_DIR = "rocketmq"  # D/rocketmq: `mqgw rocketmq up`'s directory, with rocketmq.json
 HOST = "127.0.0.1"  # every process binds loopback only
 DEFAULT_TIMEOUT_S = 30.0  # to become ready; also the SIGTERM grace before SIGKILL
 
@@ -142,6 +144,23 @@ class WatcherMember(Member):
         return STATE_FILE
 
 
+@dataclass(kw_only=True)
+class RocketMQMember(Member):
+    """A JVM of the cluster's RocketMQ, for status and down: D/rocketmq/rocketmq.json describes
+    it (not cluster.json) and localcluster.rocketmq.local starts and stops it."""
+
+    address: str  # "127.0.0.1:PORT", where it listens for clients
+    listen_ports: list[int] = field(default_factory=list)
+
+    @property
+    def ports(self) -> list[int]:
+        return list(self.listen_ports)
+
+    @property
+    def endpoint(self) -> str:
+        return self.address
+
+
 @dataclass
 class Cluster:
     dir: Path
@@ -151,10 +170,16 @@ class Cluster:
     controllers: list[ControllerMember] = field(default_factory=list)
     watcher: WatcherMember | None = None
     retired: list[str] = field(default_factory=list)  # groups removed: names not used again
+    backend: str = "mqgw"  # one of BACKENDS
+    store_url: str | None = None  # the gateways' --store (rocketmq://NAMESRV), None: mqgw's
 
     @property
     def meta_url(self) -> str:
         return self.redis.url
+
+    @property
+    def rocketmq_dir(self) -> Path:
+        return self.dir / ROCKETMQ_DIR
 
     @property
     def state_path(self) -> Path:
@@ -173,7 +198,12 @@ class Cluster:
             if member.name == name:
                 return member
         names = ", ".join(m.name for m in self.members())
-        raise ClusterError(f"no process named {name!r} in {self.state_path} (there are: {names})")
+        rocketmq = ""
+        if self.backend == "rocketmq":  # its JVMs are one unit: `up` and `down` move them
+            rocketmq = f"; RocketMQ's: `mqgw rocketmq status --dir {self.rocketmq_dir}`"
+        raise ClusterError(
+            f"no process named {name!r} in {self.state_path} (there are: {names}{rocketmq})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -181,6 +211,10 @@ class Cluster:
             "dir": str(self.dir),
             "updated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "meta_url": self.meta_url,
+            # Additions to format 2 that an older reader skips: it stops the gateways and
+            # Redis of a RocketMQ-backed cluster, and `mqgw rocketmq down` the rest.
+            "backend": self.backend,
+            "store_url": self.store_url,
             "redis": asdict(self.redis),
             "controllers": [asdict(c) for c in self.controllers],
             "brokers": [asdict(b) for b in self.brokers],
@@ -223,6 +257,8 @@ def load(directory: Path) -> Cluster:
             controllers=[ControllerMember(**c) for c in data.get("controllers", [])],
             watcher=WatcherMember(**watcher) if watcher is not None else None,
             retired=[str(g) for g in data.get("retired_groups", [])],
+            backend=str(data.get("backend", "mqgw")),
+            store_url=data.get("store_url"),
         )
     except (KeyError, TypeError) as error:
         raise ClusterError(f"{path} is not a cluster description: {error}") from None
@@ -254,12 +290,18 @@ class Shape:
     groups: int = 1
     replicas: int = 1  # brokers per group; 2 or more: replicated (`--replication sync`)
     controllers: int = 0
+    # "rocketmq": no mqgw brokers, controllers or watcher; RocketMQ's own processes instead,
+    # ``replicas`` brokers (2: master and slave in its controller mode).
+    backend: str = "mqgw"
 
 
-def plan(directory: Path, shape: Shape, previous: Cluster | None) -> Cluster:
+def plan(
+    directory: Path, shape: Shape, previous: Cluster | None, taken: Iterable[int] = ()
+) -> Cluster:
     """The processes of a new cluster in ``directory``: names, ports, data dirs and logs.
-    Names that ``previous`` had keep their ports where they can (same data, same place)."""
-    ports = _Ports()
+    Names that ``previous`` had keep their ports where they can (same data, same place);
+    none gets a port of ``taken`` (a stopped RocketMQ's, which it gets back)."""
+    ports = _Ports(taken)
     old: dict[str, Member] = {m.name: m for m in previous.members()} if previous else {}
 
     def old_port(name: str, index: int = 0) -> int | None:
@@ -277,13 +319,15 @@ def plan(directory: Path, shape: Shape, previous: Cluster | None) -> Cluster:
         data_dir=str(directory / "redis"),
         log=logfile("redis"),
     )
+    # Over RocketMQ: none of mqgw's storage tiers (RocketMQ's controller elects its masters).
+    ours = shape.backend != "rocketmq"
     controllers = [
         ControllerMember(name=f"c{n}", url=redis.url, data_dir="", log=logfile(f"c{n}"))
-        for n in range(1, shape.controllers + 1)
+        for n in range(1, (shape.controllers if ours else 0) + 1)
     ]
-    replicated = shape.replicas > 1
+    replicated = shape.replicas > 1 and ours
     brokers = []
-    for number in range(1, shape.groups + 1):
+    for number in range(1, (shape.groups if ours else 0) + 1):
         brokers += group_members(directory, f"g{number}", shape.replicas, ports, old_port)
     watcher = None
     if replicated or controllers:  # roles or a leader that can change while it runs
@@ -303,7 +347,7 @@ def plan(directory: Path, shape: Shape, previous: Cluster | None) -> Cluster:
                 log=logfile(name),
             )
         )
-    return Cluster(directory, redis, brokers, members, controllers, watcher)
+    return Cluster(directory, redis, brokers, members, controllers, watcher, backend=shape.backend)
 
 
 def group_members(

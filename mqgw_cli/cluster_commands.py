@@ -1,6 +1,7 @@
 """`mqgw cluster up|status|stop|start|down --dir D`: a whole cluster as local processes.
 
     mqgw cluster up --dir D [--gateways N] [--groups G] [--replicas R] [--controllers C]
+    mqgw cluster up --dir D --backend rocketmq [--gateways N] [--replicas R]
     mqgw cluster add-group --dir D [--replicas R]
     mqgw cluster status --dir D [--json]
     mqgw cluster stop --dir D NAME [--kill]
@@ -12,6 +13,8 @@
 (replicated when R ≥ 2) and N `mqgw serve` gateways, on free loopback ports, waits until each
 is ready (and each replicated group has a master) and describes them all in D/cluster.json;
 they keep running after it returns, and a watcher keeps the roles in cluster.json current.
+With `--backend rocketmq` the messages are in a local RocketMQ instead (`mqgw rocketmq up`'s
+processes, in D/rocketmq, R brokers), which the gateways use with --store rocketmq://.
 `add-group` starts one more broker group while the cluster runs; the gateways use it for new
 queues within about a second.
 docs/cluster.md has the details. Exit codes: 0 done (status: all healthy), 1 failed
@@ -56,14 +59,19 @@ def _shape(args: argparse.Namespace) -> Any:
     """The Shape asked for, or why it cannot be (a str)."""
     from localcluster.layout import Shape
 
+    if args.backend == "rocketmq":
+        if args.groups != 1:
+            return "--backend rocketmq has one broker group, RocketMQ's: --groups must be 1"
+        if args.controllers is not None:
+            return "--backend rocketmq has RocketMQ's own controller: no --controllers"
     controllers = args.controllers
     if controllers is None:
-        controllers = 2 if args.replicas > 1 else 0
+        controllers = 2 if args.replicas > 1 and args.backend == "mqgw" else 0
     if args.groups < 1 or args.gateways < 0 or args.replicas < 1 or controllers < 0:
         return "--groups and --replicas must be ≥ 1, --gateways and --controllers ≥ 0"
-    if args.replicas > 1 and controllers == 0:
+    if args.replicas > 1 and controllers == 0 and args.backend == "mqgw":
         return f"--replicas {args.replicas} needs a controller to elect masters: --controllers ≥ 1"
-    return Shape(args.gateways, args.groups, args.replicas, controllers)
+    return Shape(args.gateways, args.groups, args.replicas, controllers, args.backend)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -93,6 +101,11 @@ def _up(args: argparse.Namespace) -> int:
         return 130
     console.print(_members_table(cluster))
     console.print(f"described in {cluster.state_path}; logs in {cluster.dir / 'logs'}")
+    if cluster.store_url:
+        console.print(
+            f"messages in RocketMQ at {cluster.store_url} (the gateways' --store); its files "
+            f"and logs in {cluster.rocketmq_dir}"
+        )
     return 0
 
 
@@ -129,10 +142,14 @@ def _add_group(args: argparse.Namespace) -> int:
 def _members_table(cluster: Cluster) -> Any:
     from rich.table import Table
 
+    from localcluster import control
+
     table = Table(title=f"mqgw cluster in {cluster.dir}")
     for column in ("name", "role", "epoch", "pid", "endpoint", "data"):
         table.add_column(column)
-    for member in cluster.members():
+    members: list[Member] = cluster.members()
+    members[1:1] = control.rocketmq_members(cluster)  # start order: after Redis
+    for member in members:
         table.add_row(
             member.name,
             member.role,
@@ -194,22 +211,26 @@ def _refreshed(cluster: Cluster) -> Observed | None:
 def _status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from localcluster import health
+    from localcluster import control, health
     from localcluster.layout import ClusterError, load
 
     try:
         cluster = load(args.dir.resolve())
+        observed = _refreshed(cluster)
+        checks = health.check(cluster, observed)
+        if cluster.backend == "rocketmq":
+            checks[1:1] = control.rocketmq_health(cluster)  # start order: after Redis
     except ClusterError as error:
         print(f"mqgw cluster status: {error}", file=sys.stderr)
         return 1
-    observed = _refreshed(cluster)
-    checks = health.check(cluster, observed)
     healthy = all(c.healthy for c in checks)
     groups = _groups(cluster, observed)
     leader = next((c.name for c in cluster.controllers if c.leader), None)
     if args.json:
         body = {
             "dir": str(cluster.dir),
+            "backend": cluster.backend,
+            "store_url": cluster.store_url,
             "healthy": healthy,
             "processes": [c.to_json() for c in checks],
             "groups": groups,
@@ -337,6 +358,13 @@ def add_cluster_commands(commands: Any) -> None:
         metavar="C",
         help="`mqgw controller`s c1..cC (default 2 with --replicas ≥ 2, else 0)",
     )
+    up.add_argument(
+        "--backend",
+        choices=("mqgw", "rocketmq"),
+        default="mqgw",
+        help="where messages are kept: mqgw brokers (default), or a local RocketMQ in D/rocketmq "
+        "(`mqgw rocketmq up`'s processes, --replicas R brokers) the gateways use as --store",
+    )
     timeout(up, "seconds each process has to become ready (default 30)")
     up.set_defaults(func=_up)
 
@@ -372,7 +400,7 @@ def add_cluster_commands(commands: Any) -> None:
     timeout(start, "seconds it has to become ready (default 30)")
     start.set_defaults(func=_start)
 
-    down = sub("down", "stop everything: watcher, gateways, brokers, controllers, redis")
+    down = sub("down", "stop everything: watcher, gateways, brokers, controllers, RocketMQ, redis")
     timeout(down, "seconds each tier has after SIGTERM before SIGKILL (default 30)")
     down.set_defaults(func=_down)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster import probes
+from localcluster.launch import cmdline
 from localcluster.ports import HOST, port_free
 from localcluster.rocketmq import conf
 from localcluster.rocketmq.layout import Layout, Process, RocketMQError
@@ -30,14 +31,6 @@ _KILL_WAIT_S = 5.0
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
 def is_alive(process: Process) -> bool:
     """``process.pid`` runs and is that JVM (a zombie's cmdline is empty)."""
     if process.pid is None:
@@ -46,7 +39,7 @@ def is_alive(process: Process) -> bool:
     if child is not None and child.poll() is not None:
         return False
     main = conf.NAMESRV_MAIN if process.role == "namesrv" else conf.BROKER_MAIN
-    args = _cmdline(process.pid)
+    args = cmdline(process.pid)
     return main in args and process.conf in args
 
 
