@@ -28,6 +28,7 @@ SEARCH_OFFSET_BY_TIMESTAMP = 29
 GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
 GET_ROUTEINFO_BY_TOPIC = 105
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
 GET_BROKER_CLUSTER_INFO = 106
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
 DELETE_TOPIC_IN_BROKER = 215
@@ -151,6 +152,11 @@ class RocketMQClient:
             if master:
                 return Route(master, queue["brokerName"], int(queue["readQueueNums"]), topic)
         return None
+
+    async def topic_names(self) -> list[str]:
+        """Every topic the name servers know (names only: cheap with thousands)."""
+        response = await self._namesrv(request(GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topics")
+        return list(loads(response.body).get("topicList") or [])
 
     # -- admin ---------------------------------------------------------------------------
 

@@ -233,13 +233,20 @@ class RocketMQStore:
         self._routes[queue_id] = route._replace(queues=partitions)
 
     async def queues(self) -> dict[int, int]:
+        """The namespace's topics, by name from the name servers (a RocketMQ estate holds
+        many others: their configurations are never fetched), then each one's route."""
+        topics = [t for t in await self.client.topic_names() if self.names.queue_of(t) is not None]
+
+        async def route_of(topic: str) -> Route | None:
+            return await self.client.route(topic)
+
+        routes = await each(topics, route_of)
         found: dict[int, int] = {}
-        for name, broker in (await self.client.masters()).items():
-            for topic, count in (await self.client.topic_queues(broker)).items():
-                queue_id = self.names.queue_of(topic)
-                if queue_id is not None:
-                    found[queue_id] = max(found.get(queue_id, 0), count)
-                    self._routes.setdefault(queue_id, Route(broker, name, count, topic))
+        for topic, route in routes.items():
+            queue_id = self.names.queue_of(topic)
+            if route is not None and queue_id is not None:
+                found[queue_id] = route.queues
+                self._routes[queue_id] = route
         return dict(sorted(found.items()))
 
     async def delete_queue(self, queue_id: int) -> None:
