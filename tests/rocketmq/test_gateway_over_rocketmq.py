@@ -58,6 +58,8 @@ def gateway_on_rocketmq(tmp_path: Path, rocketmq: LocalRocketMQ) -> Iterator[Gat
 def _publish(url: str, queue: str, bodies: list[bytes], exchange: str = "") -> None:
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
+    if not exchange:
+        channel.queue_declare(queue, durable=True)  # as applications do, on every gateway
     channel.confirm_delivery()
     for body in bodies:
         props = pika.BasicProperties(delivery_mode=2, headers={"n": body.decode()})
@@ -146,6 +148,7 @@ def test_two_gateways_share_a_queue_without_duplicates(
         def consume(url: str) -> None:
             conn = pika.BlockingConnection(pika.URLParameters(url))
             ch = conn.channel()
+            ch.queue_declare("shared", durable=True)  # as applications do, on every gateway
             ch.basic_qos(prefetch_count=50)
             for method, _props, body in ch.consume("shared", inactivity_timeout=5):
                 if method is None:
