@@ -4,8 +4,6 @@ new master, the publisher stays connected, and every confirmed message is delive
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from pathlib import Path
 
@@ -15,33 +13,9 @@ import pytest
 from bench.servers import GatewayServer
 from tests.harness.rocketmq import local_rocketmq
 from tests.harness.waiting import check_for
+from tests.replication.load import Publisher, drain
 
 pytestmark = pytest.mark.slow
-
-
-class Publisher(threading.Thread):
-    def __init__(self, url: str) -> None:
-        super().__init__(daemon=True)
-        self.url = url
-        self.confirmed: list[tuple[int, float]] = []  # (n, when confirmed)
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        try:
-            connection = pika.BlockingConnection(pika.URLParameters(self.url))
-            channel = connection.channel()
-            channel.confirm_delivery()
-            n = 0
-            while not self.stop.is_set():
-                channel.basic_publish(
-                    "", "orders", b"%d" % n, pika.BasicProperties(delivery_mode=2)
-                )
-                self.confirmed.append((n, time.monotonic()))
-                n += 1
-            connection.close()
-        except BaseException as error:
-            self.error = error
 
 
 def test_a_killed_master_loses_no_confirmed_message(tmp_path: Path) -> None:
@@ -53,7 +27,7 @@ def test_a_killed_master_loses_no_confirmed_message(tmp_path: Path) -> None:
             channel = connection.channel()
             channel.queue_declare("orders", durable=True)
             connection.close()
-            publisher = Publisher(gateway.url)
+            publisher = Publisher(gateway.url, "orders")
             publisher.start()
             check_for(30, lambda: len(publisher.confirmed) >= 300, what="300 confirms")
             old = rocketmq.kill_master()
@@ -65,20 +39,12 @@ def test_a_killed_master_loses_no_confirmed_message(tmp_path: Path) -> None:
             publisher.stop.set()
             publisher.join(30)
             assert publisher.error is None, f"the publisher failed: {publisher.error!r}"
-            times = [t for _, t in publisher.confirmed]
-            stall = max(b - a for a, b in itertools.pairwise(times))
+            stall = publisher.longest_stall_s
             print(f"master {old.name} killed; {new.name} master after {elected_s:.2f} s; "
                   f"longest wait for a confirm {stall:.2f} s")  # fmt: skip
-            connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
-            channel = connection.channel()
-            seen: set[int] = set()
-            for method, _props, body in channel.consume("orders", inactivity_timeout=10):
-                if method is None:
-                    break
-                seen.add(int(body))
-                channel.basic_ack(method.delivery_tag)
-            connection.close()
-            lost = {n for n, _ in publisher.confirmed} - seen
+            confirmed = set(publisher.confirmed)
+            seen = drain(gateway.url, "orders", confirmed)
+            lost = confirmed - set(seen)
             assert not lost, f"{len(lost)} confirmed messages lost: {sorted(lost)[:20]}"
         finally:
             gateway.kill()
