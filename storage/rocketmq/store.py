@@ -317,7 +317,8 @@ class RocketMQStore:
         highest = await self._fence(route, group, partition)
         if fence < highest:
             raise StaleFence(
-                f"fencing token {fence} below {highest} for {group} on queue {queue_id}/{partition}"
+                f"fencing token {fence} is below token {highest} for {group} on queue "
+                f"{queue_id}/{partition}"
             )
         if fence > highest:
             await self.client.commit_group_offset(

@@ -8,9 +8,15 @@ import pytest
 
 from storage import QUEUE_GROUP, DeliveryProgress, StoreConfig
 from storage.errors import StaleFence
-from tests.storage.test_store_contract import config, fill, kind, open_store
+from tests.storage.test_store_contract import (
+    _rocketmq_when_needed,
+    config,
+    fill,
+    kind,
+    open_store,
+)
 
-__all__ = ["config", "kind"]  # the fixtures, shared with the contract suite
+__all__ = ["_rocketmq_when_needed", "config", "kind"]  # the contract suite's fixtures
 
 pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"]),
