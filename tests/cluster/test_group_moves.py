@@ -68,6 +68,7 @@ def groups_of(data: dict[str, Any]) -> dict[str, list[str]]:
     return {q: route(data, q) or [] for q in QUEUES}
 
 
+@pytest.mark.slow  # 29-35 s: the default tier keeps within its 40 minutes
 def test_add_rebalance_drain_and_remove_a_group_under_traffic(tmp_path: Path) -> None:
     with cluster_dir(tmp_path) as (directory, seen):
         up = cli("up", "--dir", str(directory), "--gateways", "2", "--groups", "2",
