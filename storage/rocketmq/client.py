@@ -23,7 +23,6 @@ PULL_MESSAGE = 11
 QUERY_CONSUMER_OFFSET = 14
 UPDATE_CONSUMER_OFFSET = 15
 UPDATE_AND_CREATE_TOPIC = 17
-GET_ALL_TOPIC_CONFIG = 21
 SEARCH_OFFSET_BY_TIMESTAMP = 29
 GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
@@ -159,12 +158,6 @@ class RocketMQClient:
         return list(loads(response.body).get("topicList") or [])
 
     # -- admin ---------------------------------------------------------------------------
-
-    async def topic_queues(self, broker: str) -> dict[str, int]:
-        """Topic -> read queue count, for every topic the broker holds."""
-        response = await self._call(broker, request(GET_ALL_TOPIC_CONFIG), "topic configs")
-        table = loads(response.body).get("topicConfigTable") or {}
-        return {name: int(config["readQueueNums"]) for name, config in table.items()}
 
     async def create_topic(self, broker: str, topic: str, queues: int) -> None:
         fields = {

@@ -81,21 +81,15 @@ def message_of(record: Record, born_ts_ms: int) -> tuple[bytes, bytes]:
     return encode_properties(props).encode("utf-8"), bytes(body)
 
 
-def batch_body(messages: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, int]:
+def batch_body(messages: Iterable[tuple[bytes, bytes]]) -> bytes:
     """The body of a batch send (RocketMQ's client encoding, which the broker re-encodes:
-    magic and CRC are its own), and the largest item's size."""
+    magic and CRC are its own)."""
     parts: list[bytes] = []
-    largest = 0
     for props, body in messages:
         size = BATCH_ITEM.size + len(body) + 2 + len(props)
-        largest = max(largest, size)
-        parts += (
-            BATCH_ITEM.pack(size, 0, 0, 0, len(body)),
-            body,
-            struct.pack(">h", len(props)),
-            props,
-        )
-    return b"".join(parts), largest
+        parts += (BATCH_ITEM.pack(size, 0, 0, 0, len(body)), body,
+                  struct.pack(">h", len(props)), props)  # fmt: skip
+    return b"".join(parts)
 
 
 def properties_size(record: Record) -> int:

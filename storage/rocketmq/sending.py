@@ -125,7 +125,7 @@ class Sender:
             async with lock:
                 for chunk in _chunks(records, by_destination[destination]):
                     born = records[chunk[0]].born_ts_ms
-                    body, _ = batch_body(message_of(records[i], born) for i in chunk)
+                    body = batch_body(message_of(records[i], born) for i in chunk)
                     deadline = self.monotonic() + FAILOVER_WAIT_S
                     while True:
                         try:

@@ -236,11 +236,7 @@ class RocketMQStore:
         """The namespace's topics, by name from the name servers (a RocketMQ estate holds
         many others: their configurations are never fetched), then each one's route."""
         topics = [t for t in await self.client.topic_names() if self.names.queue_of(t) is not None]
-
-        async def route_of(topic: str) -> Route | None:
-            return await self.client.route(topic)
-
-        routes = await each(topics, route_of)
+        routes = await each(topics, self.client.route)
         found: dict[int, int] = {}
         for topic, route in routes.items():
             queue_id = self.names.queue_of(topic)
