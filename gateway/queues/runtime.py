@@ -159,6 +159,12 @@ class QueueRuntime:
         self.returns: dict[tuple[int, int], int] = {}  # (partition, offset) -> times requeued
         self.exhausted = False  # last fetch found nothing new
         self.fed = False  # just took the batch in hand up to the store's end (absorb)
+        # Publishes on their way into the store (a session's batch between routing and
+        # VirtualHost.stored), and appends that reached it so far: a read that began before
+        # an append ended may have missed it, so it is not the end (_read_partitions), and
+        # nothing bypasses the store (deliver_now) while one is out: order is kept.
+        self.appending = 0
+        self.appends_done = 0
         self.scheduled = False  # in the push scheduler's ready set or being served
         self.rewake = False
         self.deleted = False
@@ -502,6 +508,7 @@ class QueueRuntime:
         the (partition, min, end) each read saw; whether any has more past the batch."""
         fetched: list[list[tuple[int, StoredMessage]]] = []
         ends: list[tuple[int, int, int]] = []  # (partition, min, end) as this fill's reads saw
+        appends_done = self.appends_done
         more = False
         for p in partitions:
             start = self.cursors[p]
@@ -521,6 +528,7 @@ class QueueRuntime:
                 if start < self.restart_below[p]:
                     messages = self._without_lost_transients(p, messages)
                 fetched.append([(p, m) for m in messages])
+        more = more or self.appends_done != appends_done  # one landed behind a read: look again
         if len(fetched) <= 1:
             return (fetched[0] if fetched else ()), ends, more
         return heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset), ends, more
@@ -630,6 +638,7 @@ class QueueRuntime:
             or self.requeued
             or self.paused
             or self.deleted
+            or self.appending
             or (self.leases is not None and not all(self.leases))  # cluster: delivered elsewhere
             or not self.consumers
         ):

@@ -400,24 +400,30 @@ class Session:
         counts.publish_confirm += len(confirms)
         if records:
             result = None
+            for queue in woken:
+                queue.appending += 1
             try:
-                started = time.perf_counter()
-                records = self.vhost.for_append(records, route_epoch)
-                result = await self.vhost.append_routed(records, wait_durable=False)
-                counts.append_latency.observe(time.perf_counter() - started)
-                counts.appended_records += len(records)
-                end_offset = result.end_offset
-            except StoreError as error:
-                ok = False
-                log.error(
-                    "connection %s: %d message(s) not stored: %s",
-                    self.id,
-                    len(records),
-                    error,
-                    extra={"connection": self.name},
-                )
-                self.vhost.count_out(records)
-            await self.vhost.stored(woken, records, result)
+                try:
+                    started = time.perf_counter()
+                    records = self.vhost.for_append(records, route_epoch)
+                    result = await self.vhost.append_routed(records, wait_durable=False)
+                    counts.append_latency.observe(time.perf_counter() - started)
+                    counts.appended_records += len(records)
+                    end_offset = result.end_offset
+                except StoreError as error:
+                    ok = False
+                    log.error(
+                        "connection %s: %d message(s) not stored: %s",
+                        self.id,
+                        len(records),
+                        error,
+                        extra={"connection": self.name},
+                    )
+                    self.vhost.count_out(records)
+                await self.vhost.stored(woken, records, result)
+            finally:
+                for queue in woken:
+                    queue.appending -= 1
             if end_offset >= self.node.next_resource_look:
                 await self.node.look_at_resources(end_offset)
             if result is not None and result.refused:  # the broker's length limit: nack

@@ -252,6 +252,7 @@ class VirtualHost:
             self._refused(records, result.refused)
         absorbed = self._absorb(records, result) if result is not None else set()
         for queue in queues:
+            queue.appends_done += 1
             if queue.behaviour.has_limits and queue.over_limit():
                 await queue.enforce_limits()
             if queue in absorbed:
