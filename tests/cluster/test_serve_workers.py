@@ -283,6 +283,7 @@ def test_without_redis_server_on_the_path_it_names_the_package(tmp_path: Path) -
     assert done.returncode == 2 and "apt-get install redis-server" in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # 33 s; the same totals over gateways run in the default tier
 def test_a_global_throttle_totals_over_the_workers(workers: Workers) -> None:
     """A global limit of 400 msgs/s is 400 for both workers together (cluster shares,
     gateway/cluster/shares.py), each worker delivering its own queue; 800 before."""

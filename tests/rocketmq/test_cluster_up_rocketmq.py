@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pytest
 
 from tests.cluster.test_cluster_cli import cli, entries, running, state
 
@@ -93,6 +94,7 @@ def consume(url: str, queue: str, count: int) -> list[int]:
         connection.close()
 
 
+@pytest.mark.slow  # 17 s; rocketmq up and a gateway over it run in the default tier
 def test_cluster_up_over_rocketmq(tmp_path: Path) -> None:
     with rocketmq_cluster(tmp_path) as (directory, seen_jvms):
         d = str(directory)
