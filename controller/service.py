@@ -38,6 +38,7 @@ from controller.decide import ControllerState, step
 from controller.events import GroupRead
 from controller.keys import ControllerKeys
 from controller.snapshot import Observer
+from meta.redis_url import async_client
 
 log = logging.getLogger("mqgw.controller")
 UNREACHABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
@@ -157,9 +158,7 @@ class ControllerService:
 
 
 async def serve(url: str, name: str, config: ControllerConfig, stop: asyncio.Event) -> None:
-    client: Redis = Redis.from_url(
-        url, decode_responses=True, protocol=2, socket_connect_timeout=1.0, socket_timeout=2.0
-    )
+    client: Redis = async_client(url, connect_timeout_s=1.0, socket_timeout_s=2.0)
     try:
         await ControllerService(client, name, config, ControllerKeys()).run(stop)
     finally:

@@ -18,6 +18,7 @@ from redis import exceptions as redis_errors
 from controller.keys import ControllerKeys
 from controller.model import GroupRecord, ReplicaReport, parse_heartbeat, parse_record
 from localcluster.layout import BrokerMember, Cluster
+from meta.redis_url import sync_client
 
 FRESH_HEARTBEAT_MS = 2_000  # a heartbeat older than this (by Redis's clock) is a silent broker
 REDIS_DOWN = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
@@ -62,10 +63,7 @@ class Observed:
 
 def connect(url: str) -> redis.Redis:
     # Short timeouts: a status or a watcher round must not hang on a Redis that is gone.
-    client: redis.Redis = redis.Redis.from_url(
-        url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=1.0
-    )
-    return client
+    return sync_client(url, connect_timeout_s=0.5, socket_timeout_s=1.0)
 
 
 def observe(client: redis.Redis, cluster: Cluster, keys: ControllerKeys | None = None) -> Observed:

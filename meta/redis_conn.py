@@ -23,11 +23,12 @@ from typing import TypeVar
 
 import sniffio
 from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from meta.errors import MetadataUnavailable
+from meta.redis_url import async_client, describe
 
 log = logging.getLogger("mqgw.meta")
 T = TypeVar("T")
@@ -71,15 +72,6 @@ def require_asyncio() -> None:
         )
 
 
-def describe_url(client: Redis) -> str:
-    """Where the client connects, without credentials."""
-    kwargs = client.connection_pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
-    return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
-
-
 class RedisConnection:
     def __init__(self, url: str, unavailable_timeout_s: float = DEFAULT_UNAVAILABLE_TIMEOUT_S):
         if unavailable_timeout_s <= 0:
@@ -88,19 +80,16 @@ class RedisConnection:
         # A blocking pool: a burst of calls (a gateway's clients all declaring at start)
         # queues for a connection, inside the call's bound, instead of failing with "too
         # many connections" or opening thousands of sockets.
-        pool = BlockingConnectionPool.from_url(
+        # A single Redis or the master Sentinel names (meta/redis_url.py).
+        self.client: Redis = async_client(
             url,
             max_connections=MAX_CONNECTIONS,
-            timeout=None,
-            decode_responses=True,
-            protocol=2,  # the reply shapes the store parses; RESP3 changes some of them
-            socket_connect_timeout=min(1.0, unavailable_timeout_s),
+            connect_timeout_s=min(1.0, unavailable_timeout_s),
             # Above the change feed's blocking read (meta.redis_feed.BLOCK_MS).
-            socket_timeout=max(3.0, unavailable_timeout_s),
+            socket_timeout_s=max(3.0, unavailable_timeout_s),
             retry=Retry(NoBackoff(), 0),
         )
-        self.client: Redis = Redis.from_pool(pool)
-        self.where = describe_url(self.client)
+        self.where = describe(url)
         self.conflicts = 0  # WATCH races lost, in total (a contention figure for metrics)
 
     async def run(self, operation: Callable[[], Awaitable[T]]) -> T:

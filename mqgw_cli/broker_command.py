@@ -190,7 +190,12 @@ def add_broker_command(commands: Any) -> None:
     )
     broker.add_argument("--group", default="g0", help="broker group name (default g0)")
     broker.add_argument("--id", default="0", help="id within the group (default 0)")
-    broker.add_argument("--meta", default=None, metavar="URL", help="redis://H:P/N: register here")
+    broker.add_argument(
+        "--meta",
+        default=None,
+        metavar="URL",
+        help="redis://H:P/N or redis+sentinel://H:P,.../SERVICE: register here",
+    )
     broker.add_argument(
         "--replication",
         choices=("off", "sync", "async"),

@@ -67,7 +67,12 @@ def add_controller_command(commands: Any) -> None:
         help="run a controller: elect each broker group's master, fail over, fence",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    sub.add_argument("--meta", required=True, metavar="URL", help="redis://H:P/N")
+    sub.add_argument(
+        "--meta",
+        required=True,
+        metavar="URL",
+        help="redis://H:P/N or redis+sentinel://H:P,.../SERVICE",
+    )
     sub.add_argument("--name", default=None, help="name in logs (default: host-pid)")
     for key, text in _TIMING_FLAGS.items():
         flag = "--" + key.replace("_", "-")

@@ -92,14 +92,10 @@ async def _switchover(args: argparse.Namespace, url: str, target: str) -> int:
     from redis.exceptions import RedisError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
+    from meta.redis_url import async_client
+
     try:
-        client: Redis = Redis.from_url(
-            url,
-            decode_responses=True,
-            protocol=2,
-            socket_connect_timeout=2.0,
-            socket_timeout=5.0,
-        )
+        client: Redis = async_client(url, connect_timeout_s=2.0, socket_timeout_s=5.0)
     except ValueError as error:  # not a redis:// URL
         print(f"{PROG}: bad Redis URL {shown_url(url)}: {error}", file=sys.stderr)
         return 2
@@ -169,7 +165,12 @@ def add_switchover_command(actions: Any) -> None:
     where.add_argument(
         "--dir", type=Path, default=None, metavar="D", help="a local cluster (D/cluster.json)"
     )
-    where.add_argument("--meta", default=None, metavar="URL", help="its Redis: redis://H:P/N")
+    where.add_argument(
+        "--meta",
+        default=None,
+        metavar="URL",
+        help="its Redis: redis://H:P/N or redis+sentinel://H:P,.../SERVICE",
+    )
     switchover.add_argument(
         "--config",
         type=Path,

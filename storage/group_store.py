@@ -33,6 +33,7 @@ from redis.asyncio import Redis
 
 from controller.keys import ControllerKeys
 from controller.redis_link import GroupLink
+from meta.redis_url import async_client
 from storage.errors import NotMaster, StoreClosed, StoreError
 from storage.record import Record
 from storage.remote_store import (
@@ -370,9 +371,7 @@ async def connect_group_store(
 ) -> AsyncIterator[GroupStore]:
     """``open_group_store`` over its own Redis connection to ``url``; TimeoutError when the
     group has no master within ``ready_wait_s``."""
-    client: Redis = Redis.from_url(
-        url, decode_responses=True, protocol=2, socket_connect_timeout=1.0, socket_timeout=2.0
-    )
+    client: Redis = async_client(url, connect_timeout_s=1.0, socket_timeout_s=2.0)
     try:
         async with open_group_store(
             GroupLink(client), group, name=name, ready_wait_s=ready_wait_s

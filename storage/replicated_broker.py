@@ -18,6 +18,7 @@ import anyio
 from redis.asyncio import Redis
 
 from controller.redis_link import GroupLink
+from meta.redis_url import async_client
 from storage.broker import Ready, serve_store
 from storage.config import StoreConfig
 from storage.embedded import open_embedded_store
@@ -46,10 +47,7 @@ async def serve_replicated_broker(
     stop: anyio.Event | None = None,
 ) -> None:
     name = f"{settings.group}/{settings.broker_id}"
-    client: Redis = Redis.from_url(
-        meta_url, decode_responses=True, protocol=2, socket_connect_timeout=1.0,
-        socket_timeout=2.0,
-    )  # fmt: skip
+    client: Redis = async_client(meta_url, connect_timeout_s=1.0, socket_timeout_s=2.0)
     try:
         async with open_embedded_store(replicated_config(config)) as inner:
             state = await anyio.to_thread.run_sync(

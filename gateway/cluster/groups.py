@@ -33,6 +33,7 @@ from redis.asyncio import Redis
 from gateway.cluster.placement import QueuePlacement
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
+from meta.redis_url import async_client
 from storage import connect_remote_store
 from storage.group_store import connect_group_store, replicated_groups
 from storage.port import StorePort
@@ -50,10 +51,7 @@ LOOK_ERRORS = (MetadataUnavailable, redis_errors.RedisError, OSError)
 
 def registry_client(url: str) -> Redis:
     """A client for the controller's keys (short timeouts: a look must not hang)."""
-    client: Redis = Redis.from_url(
-        url, decode_responses=True, protocol=2, socket_connect_timeout=1.0, socket_timeout=2.0
-    )
-    return client
+    return async_client(url, connect_timeout_s=1.0, socket_timeout_s=2.0)
 
 
 async def look_up_groups(

@@ -126,7 +126,9 @@ class GatewaySettings(BaseSettings):
     admin_port: int = Field(15672, ge=0, le=65535, description="admin HTTP API port (0: off)")
     data_dir: Path = Field(Path("data"), description="store and metadata directory")
     meta: str | None = Field(
-        None, description="cluster: metadata store URL, redis://H:P/N (none: embedded node)"
+        None,
+        description="cluster: metadata store URL, redis://H:P/N or "
+        "redis+sentinel://H:P[,H:P...]/SERVICE[/N] (none: embedded node)",
     )
     store: str | None = Field(
         None,

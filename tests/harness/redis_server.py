@@ -12,7 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -32,9 +32,12 @@ def _ping(port: int) -> bool:
 
 
 class RedisServer:
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, port: int | None = None, extra_args: Sequence[str] = ()
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
+        self.extra_args = list(extra_args)  # a replica's --replicaof, for one
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -57,6 +60,7 @@ class RedisServer:
             "--dir", str(self.data_dir),
             "--logfile", str(self.log_path),
             "--daemonize", "no",
+            *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             command,
