@@ -71,8 +71,10 @@ class Sentinels:
                     preexec_fn=die_with_parent,
                 )
             )
-        for port in self.ports:  # each knows the master and has found the replica
-            check_for(10, lambda p=port: b"slaves=1" in _ask(p, b"INFO sentinel\r\n"))
+        def all_see_the_replica() -> bool:
+            return all(b"slaves=1" in _ask(p, b"INFO sentinel\r\n") for p in self.ports)
+
+        check_for(10, all_see_the_replica)
         return self
 
     def _info(self, port: int) -> bytes:
