@@ -71,6 +71,7 @@ class Sentinels:
                     preexec_fn=die_with_parent,
                 )
             )
+
         def all_see_the_replica() -> bool:
             return all(b"slaves=1" in _ask(p, b"INFO sentinel\r\n") for p in self.ports)
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from bench.servers import check_for
-from tests.harness.hosts import Hosts, hosts, leftovers
+from localcluster.nemesis.hosts import Hosts, hosts, leftovers
 
 PORT = 7000
 LISTEN = (

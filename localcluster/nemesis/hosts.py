@@ -16,17 +16,22 @@ removed on the way out, on failure too; ``sweep()`` removes those of runs that d
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import random
+import signal
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
-from bench.servers import die_with_parent
-
 SUBNET_PREFIX = "10.231"
 TAG_PREFIX = "mqh"  # every name this module creates starts with it (sweep)
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the process that started it dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -76,7 +81,9 @@ class Hosts:
     def start(self, name: str, argv: Sequence[str], **popen: object) -> subprocess.Popen[bytes]:
         """A process on host ``name`` that dies with the test (and with the topology)."""
         proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
-            self.command(name, argv), preexec_fn=die_with_parent, **popen
+            self.command(name, argv),
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (only prctl: safe)
+            **popen,
         )
         self.procs.append(proc)
         return proc
@@ -84,7 +91,11 @@ class Hosts:
     def run(self, name: str, argv: Sequence[str], timeout_s: float = 30) -> str:
         """Run ``argv`` on host ``name`` to its end; its standard output."""
         done = subprocess.run(
-            self.command(name, argv), capture_output=True, text=True, timeout=timeout_s
+            self.command(name, argv),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
         if done.returncode != 0:
             raise RuntimeError(f"{argv!r} on {name} failed: {done.stderr.strip()}")
