@@ -78,6 +78,7 @@ def _summary(
 
 def add_sim_commands(commands: Any) -> None:
     from controller.sim import DEFAULT_STEPS
+    from mqgw_cli.nemesis_command import add_nemesis_command
 
     sim = commands.add_parser("sim", help="deterministic simulations")
     sims = sim.add_subparsers(dest="command", required=True)
@@ -101,3 +102,4 @@ def add_sim_commands(commands: Any) -> None:
         "--trace", action="store_true", help="print what happens in seed --seed, line by line"
     )
     failover.set_defaults(func=_failover)
+    add_nemesis_command(sims)

@@ -61,8 +61,14 @@ class Hosts:
     def _veth(self, name: str) -> str:
         return f"{self.tag}v{self.names.index(name)}"
 
+    @property
+    def bridge_address(self) -> str:
+        """The machine's own address on the bridge: the test process reaches hosts by it."""
+        return f"{SUBNET_PREFIX}.{self.subnet}.1"
+
     def create(self) -> Hosts:
         _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.bridge_address}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for name in self.names:
             ns, veth = self.namespace(name), self._veth(name)

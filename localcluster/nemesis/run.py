@@ -1,0 +1,135 @@
+"""One nemesis run: build the hosts and the cluster, start the workload, apply the seed's
+faults on time, heal, drain every queue, check the history.
+
+Every fault is logged with its time from the start (and the seed in the first line), so a
+failed run is replayed with the same seed. The verdict, the fault timeline and the messages
+concerned go to the report; the processes' logs stay under the run's directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from localcluster.nemesis.checker import Verdict, check
+from localcluster.nemesis.cluster import GATEWAYS, HOSTS, RESTARTABLE, NemesisCluster
+from localcluster.nemesis.hosts import hosts
+from localcluster.nemesis.plan import Fault, plan
+from localcluster.nemesis.workload import QUEUES, Workload, pika_module
+
+log = logging.getLogger("mqgw.nemesis")
+SETTLE_S = 20.0  # after the last heal, before the publishers stop: failovers finish
+DRAIN_QUIET_S = 5.0
+DRAIN_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Report:
+    seed: int
+    minutes: float
+    faults: list[str] = field(default_factory=list)  # the timeline, as applied
+    verdict: Verdict | None = None
+    drained: bool = False
+    client_errors: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.drained and self.verdict is not None and self.verdict.ok
+
+    def describe(self) -> str:
+        head = f"nemesis seed {self.seed}, {self.minutes:g} min, {len(self.faults)} faults"
+        lines = [head, *(f"  {line}" for line in self.faults)]
+        if not self.drained:
+            lines.append("  the queues did not drain after the heal")
+        if self.verdict is not None:
+            lines.append(self.verdict.describe())
+        lines.append(f"client errors (reconnects): {self.client_errors}")
+        return "\n".join(lines)
+
+
+def apply(cluster: NemesisCluster, fault: Fault) -> Callable[[], None]:
+    """Start ``fault``; what heals it."""
+    net = cluster.net
+    if fault.kind == "isolate":
+        net.isolate(fault.hosts[0][0])
+        return net.heal
+    if fault.kind == "halves":
+        net.partition(*fault.hosts)
+        return net.heal
+    if fault.kind == "bridge":
+        (a,), _, (c,) = fault.hosts
+        net.cut(a, c)
+        return net.heal
+    host = fault.hosts[0][0]
+    if fault.kind == "pause":
+        cluster.pause(host)
+        return lambda: cluster.resume(host)
+    if fault.kind == "kill":
+        cluster.kill(host)
+        return lambda: cluster.restart(host)
+    raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+
+def _ready(workload: Workload, cluster: NemesisCluster) -> int | None:
+    pika = pika_module()
+    for gateway in GATEWAYS:
+        try:
+            params = pika.URLParameters(cluster.amqp_url(gateway))
+            with pika.BlockingConnection(params) as connection:
+                channel = connection.channel()
+                return sum(
+                    int(channel.queue_declare(q, passive=True).method.message_count) for q in QUEUES
+                )
+        except (pika.exceptions.AMQPError, OSError):
+            continue
+    return None
+
+
+def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
+    faults = plan(seed, HOSTS, minutes, restartable=RESTARTABLE, **plan_options)
+    report = Report(seed, minutes)
+    log.info("nemesis seed %d: %d faults over %g min in %s", seed, len(faults), minutes, root)
+    with hosts(HOSTS) as net:
+        cluster = NemesisCluster(net, root)
+        try:
+            cluster.start()
+            workload = Workload({g: cluster.amqp_url(g) for g in GATEWAYS})
+            workload.declare()
+            workload.start()
+            began = time.monotonic()
+            for number, fault in enumerate(faults, 1):
+                _sleep_until(began + fault.at_s)
+                heal = apply(cluster, fault)
+                line = fault.describe()
+                report.faults.append(line)
+                log.info("fault %d/%d: %s", number, len(faults), line)
+                _sleep_until(began + fault.at_s + fault.lasts_s)
+                heal()
+                log.info("healed at t=%.2fs", time.monotonic() - began)
+            net.heal()
+            cluster.heal_processes()
+            _sleep_until(time.monotonic() + SETTLE_S)
+            for gateway in GATEWAYS:
+                cluster.wait_healthy(gateway, 60)
+            workload.stop_publishing()
+            report.drained = workload.drain(
+                lambda: _ready(workload, cluster), DRAIN_QUIET_S, DRAIN_TIMEOUT_S
+            )
+            history = workload.history
+            report.client_errors = len(history.errors)
+            report.verdict = check(history.published, history.delivered, one_partition=QUEUES)
+        finally:
+            cluster.stop()
+    log.info("nemesis seed %d: %s", seed, "clean" if report.ok else "FAILED")
+    return report
+
+
+def _sleep_until(deadline: float) -> None:
+    # The schedule is wall time by nature: faults last seconds of real time.
+    remaining = deadline - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)
