@@ -26,6 +26,7 @@ class Published:
     publisher: str  # one channel
     seq: int  # its publish order on that channel
     confirmed: bool
+    at: float = 0.0  # time.monotonic() when the answer came (stalls, in the run's report)
 
     @property
     def key(self) -> str:

@@ -8,6 +8,7 @@ concerned go to the report; the processes' logs stay under the run's directory.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 from localcluster.nemesis.checker import Verdict, check
 from localcluster.nemesis.cluster import GATEWAYS, HOSTS, RESTARTABLE, NemesisCluster
 from localcluster.nemesis.hosts import hosts
+from localcluster.nemesis.masters import problems, read_terms
 from localcluster.nemesis.plan import Fault, plan
 from localcluster.nemesis.workload import QUEUES, Workload, pika_module
 
@@ -35,10 +37,18 @@ class Report:
     verdict: Verdict | None = None
     drained: bool = False
     client_errors: int = 0
+    stalls: dict[str, list[float]] = field(default_factory=dict)  # fault kind -> longest gaps
+    masters: list[str] = field(default_factory=list)  # the group's terms, from broker logs
+    master_problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.drained and self.verdict is not None and self.verdict.ok
+        return (
+            self.drained
+            and self.verdict is not None
+            and self.verdict.ok
+            and not self.master_problems
+        )
 
     def describe(self) -> str:
         head = f"nemesis seed {self.seed}, {self.minutes:g} min, {len(self.faults)} faults"
@@ -48,6 +58,8 @@ class Report:
         if self.verdict is not None:
             lines.append(self.verdict.describe())
         lines.append(f"client errors (reconnects): {self.client_errors}")
+        lines.append(f"master terms: {', '.join(self.masters) or 'none'}")
+        lines += [f"  MASTERS: {line}" for line in self.master_problems]
         return "\n".join(lines)
 
 
@@ -72,6 +84,15 @@ def apply(cluster: NemesisCluster, fault: Fault) -> Callable[[], None]:
         cluster.kill(host)
         return lambda: cluster.restart(host)
     raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+
+def longest_stall(confirms: list[float], start: float, end: float) -> float:
+    """The longest time without a confirm that overlaps [start, end] (sorted ``confirms``)."""
+    longest = 0.0
+    for before, after in itertools.pairwise(confirms):
+        if after >= start and before <= end:
+            longest = max(longest, after - before)
+    return longest
 
 
 def _ready(workload: Workload, cluster: NemesisCluster) -> int | None:
@@ -120,10 +141,19 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
                 lambda: _ready(workload, cluster), DRAIN_QUIET_S, DRAIN_TIMEOUT_S
             )
             history = workload.history
+            confirms = sorted(p.at for p in history.published if p.confirmed)
+            for index, fault in enumerate(faults):
+                start = began + fault.at_s
+                stall = longest_stall(confirms, start, start + fault.lasts_s + SETTLE_S / 2)
+                report.faults[index] += f"; longest confirm gap {stall:.2f}s"
+                report.stalls.setdefault(fault.kind, []).append(stall)
             report.client_errors = len(history.errors)
             report.verdict = check(history.published, history.delivered, one_partition=QUEUES)
         finally:
             cluster.stop()
+    every = read_terms(root / "logs")
+    report.masters = [f"{t.broker}@{t.epoch}" for t in every]
+    report.master_problems = problems(every)
     log.info("nemesis seed %d: %s", seed, "clean" if report.ok else "FAILED")
     return report
 

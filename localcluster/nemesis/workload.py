@@ -103,7 +103,9 @@ class Publisher(Client):
                 except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
                     pass
                 finally:
-                    self.history.sent(Published(self.queue, self.name, seq, confirmed))
+                    self.history.sent(
+                        Published(self.queue, self.name, seq, confirmed, time.monotonic())
+                    )
                 self.stop.wait(PUBLISH_GAP_S)
         finally:
             if connection.is_open:

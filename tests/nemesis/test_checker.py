@@ -4,6 +4,7 @@ a history made for it, and passes a clean one with unconfirmed losses and flagge
 from __future__ import annotations
 
 from localcluster.nemesis.checker import Delivered, Published, check
+from localcluster.nemesis.run import longest_stall
 
 
 def _sent(queue: str, publisher: str, seqs: range, confirmed: bool = True) -> list[Published]:
@@ -53,3 +54,11 @@ def test_order_per_channel_on_a_one_partition_queue() -> None:
     # Two consumers: each sees its own subsequence in order.
     split = _got("q", "c1", ["p1:0", "p1:2"]) + _got("q", "c2", ["p1:1"])
     assert check(published[:3], split, one_partition=["q"]).ok
+
+
+def test_the_longest_confirm_gap_around_a_fault() -> None:
+    confirms = [0.0, 1.0, 1.5, 4.5, 5.0, 9.0]
+    assert longest_stall(confirms, 2.0, 3.0) == 3.0  # 1.5 -> 4.5 spans the fault
+    assert longest_stall(confirms, 4.6, 4.9) == 0.5
+    assert longest_stall(confirms, 0.0, 10.0) == 4.0
+    assert longest_stall([], 0.0, 1.0) == 0.0
