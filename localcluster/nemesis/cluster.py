@@ -29,6 +29,7 @@ from localcluster.nemesis.hosts import Hosts
 HOSTS = ("r1", "r2", "s3", "ctl1", "ctl2", "b0", "b1", "b2", "gw1", "gw2")
 RESTARTABLE = ("r1", "r2", "s3", "ctl1", "ctl2", "b0", "b1", "b2", "gw1", "gw2")
 GATEWAYS = ("gw1", "gw2")
+REDIS_HOSTS = ("r1", "r2")
 BROKERS = ("b0", "b1", "b2")
 SERVICE = "mymaster"
 REDIS_PORT = 6379
@@ -169,6 +170,14 @@ class NemesisCluster:
                 process.proc.wait()
         self.down.add(host)
         self.paused.discard(host)
+
+    def kill_role(self, host: str, role: str) -> None:
+        """SIGKILL one kind of process on ``host`` (Redis, leaving its sentinel)."""
+        for process in self.on(host):
+            if process.role == role and process.proc is not None and process.proc.poll() is None:
+                process.proc.kill()
+                process.proc.wait()
+        self.down.add(host)
 
     def restart(self, host: str) -> None:
         for process in self.on(host):

@@ -9,6 +9,8 @@ Pure: no clock and no processes, so a failure found by a run is replayed from it
 - ``bridge``: A sees B, B sees C, A does not see C (B is the only way between them).
 - ``pause``: SIGSTOP, then SIGCONT; longer than every lease and heartbeat (``pause_min_s``).
 - ``kill``: SIGKILL, then a restart ``lasts_s`` later (only hosts whose process restarts).
+- ``coordinator``: every Redis host killed at once, restarted ``lasts_s`` later (only with
+  ``coordinator`` hosts named): clients must go on, nothing may fail over.
 
 Between two faults everything is healed for a gap, so each fault starts from a whole cluster.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
-KINDS = ("isolate", "halves", "bridge", "pause", "kill")
+KINDS = ("isolate", "halves", "bridge", "pause", "kill", "coordinator")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Fault:
             a, b, c = (side[0] for side in self.hosts)
             what = f"{a}-{b}-{c} ({a} and {c} cut)"
         else:
-            what = self.hosts[0][0]
+            what = ",".join(self.hosts[0])
         return f"t={self.at_s:7.2f}s {self.kind:7} {what} for {self.lasts_s:.2f}s"
 
 
@@ -69,6 +71,7 @@ def plan(
     minutes: float,
     *,
     restartable: Sequence[str] = (),
+    coordinator: Sequence[str] = (),
     gap_s: tuple[float, float] = (3.0, 10.0),
     fault_s: tuple[float, float] = (4.0, 20.0),
     pause_min_s: float = 6.0,
@@ -76,10 +79,12 @@ def plan(
     """The faults of a run of ``minutes`` over ``hosts``; the same seed, the same list."""
     if len(hosts) < 3 or len(set(hosts)) != len(hosts):
         raise ValueError("a nemesis needs at least three distinct hosts")
-    if any(h not in hosts for h in restartable):
-        raise ValueError("restartable hosts must be among the hosts")
+    if any(h not in hosts for h in (*restartable, *coordinator)):
+        raise ValueError("restartable and coordinator hosts must be among the hosts")
     rng = random.Random(seed)
-    kinds = [k for k in KINDS if k != "kill" or restartable]
+    kinds = [
+        k for k in KINDS if (k != "kill" or restartable) and (k != "coordinator" or coordinator)
+    ]
     halves = _deck(rng, splits(hosts))
     faults: list[Fault] = []
     now = rng.uniform(*gap_s)
@@ -99,6 +104,8 @@ def plan(
             chosen = ((a,), (b,), (c,))
         elif kind == "kill":
             chosen = ((rng.choice(list(restartable)),),)
+        elif kind == "coordinator":
+            chosen = (tuple(coordinator),)
         else:
             chosen = ((rng.choice(list(hosts)),),)
         faults.append(Fault(round(now, 3), kind, chosen, round(lasts, 3)))

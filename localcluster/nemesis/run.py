@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.nemesis.checker import Verdict, check
-from localcluster.nemesis.cluster import GATEWAYS, HOSTS, RESTARTABLE, NemesisCluster
+from localcluster.nemesis.cluster import (
+    GATEWAYS,
+    HOSTS,
+    REDIS_HOSTS,
+    RESTARTABLE,
+    NemesisCluster,
+)
 from localcluster.nemesis.hosts import hosts
 from localcluster.nemesis.masters import problems, read_terms
 from localcluster.nemesis.plan import Fault, plan
@@ -83,6 +89,16 @@ def apply(cluster: NemesisCluster, fault: Fault) -> Callable[[], None]:
     if fault.kind == "kill":
         cluster.kill(host)
         return lambda: cluster.restart(host)
+    if fault.kind == "coordinator":
+        every = fault.hosts[0]
+        for name in every:
+            cluster.kill_role(name, "redis")
+
+        def restart_all() -> None:
+            for name in every:
+                cluster.restart(name)
+
+        return restart_all
     raise ValueError(f"unknown fault kind {fault.kind!r}")
 
 
@@ -111,7 +127,8 @@ def _ready(workload: Workload, cluster: NemesisCluster) -> int | None:
 
 
 def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
-    faults = plan(seed, HOSTS, minutes, restartable=RESTARTABLE, **plan_options)
+    faults = plan(seed, HOSTS, minutes, restartable=RESTARTABLE, coordinator=REDIS_HOSTS,
+                  **plan_options)  # fmt: skip
     report = Report(seed, minutes)
     log.info("nemesis seed %d: %d faults over %g min in %s", seed, len(faults), minutes, root)
     with hosts(HOSTS) as net:

@@ -12,6 +12,7 @@ from localcluster.nemesis.plan import KINDS, plan, splits
 
 HOSTS = ["redis-a", "redis-b", "ctl1", "ctl2", "b0", "b1", "b2", "gw1", "gw2"]
 RESTARTABLE = ["b0", "b1", "b2", "gw1", "gw2", "ctl1", "ctl2"]
+REDIS = ["redis-a", "redis-b"]
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
@@ -24,7 +25,7 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another() -> None:
 
 
 def test_faults_come_one_at_a_time_within_the_run() -> None:
-    faults = plan(3, HOSTS, 10, restartable=RESTARTABLE, gap_s=(3, 10))
+    faults = plan(3, HOSTS, 10, restartable=RESTARTABLE, coordinator=REDIS, gap_s=(3, 10))
     assert len(faults) > 10
     for before, after in itertools.pairwise(faults):
         assert after.at_s >= before.at_s + before.lasts_s + 3 - 0.01  # healed gap between
@@ -33,7 +34,7 @@ def test_faults_come_one_at_a_time_within_the_run() -> None:
 
 
 def test_each_fault_names_hosts_that_make_sense() -> None:
-    for fault in plan(11, HOSTS, 60, restartable=RESTARTABLE, pause_min_s=6):
+    for fault in plan(11, HOSTS, 60, restartable=RESTARTABLE, coordinator=REDIS, pause_min_s=6):
         named = [h for side in fault.hosts for h in side]
         assert set(named) <= set(HOSTS)
         if fault.kind == "halves":
@@ -46,6 +47,8 @@ def test_each_fault_names_hosts_that_make_sense() -> None:
             assert named[0] in RESTARTABLE
         elif fault.kind == "pause":
             assert fault.lasts_s >= 6
+        elif fault.kind == "coordinator":
+            assert fault.hosts == (tuple(REDIS),)
 
 
 def test_every_split_is_met_in_a_long_enough_run() -> None:
@@ -58,8 +61,8 @@ def test_every_split_is_met_in_a_long_enough_run() -> None:
 
 
 def test_no_kill_without_a_restartable_host_and_bad_hosts_refused() -> None:
-    assert "kill" not in {f.kind for f in plan(1, HOSTS, 30)}
+    assert not {"kill", "coordinator"} & {f.kind for f in plan(1, HOSTS, 30)}
     with pytest.raises(ValueError, match="three distinct"):
         plan(1, ["a", "b"], 1)
-    with pytest.raises(ValueError, match="among the hosts"):
+    with pytest.raises(ValueError, match="must be among the hosts"):
         plan(1, HOSTS, 1, restartable=["elsewhere"])
