@@ -249,7 +249,7 @@ class BrokerConnection:
                     raise
                 self._answer(encode_response(request_id, Op.REPLICATE, replicated))
             elif isinstance(request, Read) and request.wait_ms > 0:
-                found = await store.read(*request[:5])
+                found = await store.read(*request[:5], fence=request.fence)
                 if found.messages or found.status is not ReadStatus.NO_NEW_MESSAGE:
                     self._answer(encode_response(request_id, Op.READ, found))
                 else:
@@ -311,7 +311,7 @@ class BrokerConnection:
         try:
             while True:
                 event = self.waits.event(key)
-                result = await self.store.read(*request[:5])
+                result = await self.store.read(*request[:5], fence=request.fence)
                 left = deadline - anyio.current_time()
                 if result.messages or result.status is not ReadStatus.NO_NEW_MESSAGE:
                     break

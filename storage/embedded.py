@@ -128,7 +128,10 @@ class EmbeddedStore:
         max_count: int = 256,
         max_bytes: int = 4 << 20,
         wait_ms: int = 0,
+        fence: int = 0,
     ) -> ReadResult:
+        if fence:
+            self.log.admit_fence(QUEUE_GROUP, queue_id, partition, fence)
         # ``wait_ms`` is the broker's business (storage/broker.py holds such reads): in one
         # process a publish wakes its queues directly, so this answers at once.
         # Reads are served from the page cache inline: a thread hop per batch costs more than

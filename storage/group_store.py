@@ -269,10 +269,10 @@ class GroupStore:
 
     async def read(
         self, queue_id: int, partition: int, offset: int, max_count: int = 256,
-        max_bytes: int = 4 << 20, wait_ms: int = 0,
+        max_bytes: int = 4 << 20, wait_ms: int = 0, fence: int = 0,
     ) -> ReadResult:  # fmt: skip
         return await self._on_master(
-            lambda s: s.read(queue_id, partition, offset, max_count, max_bytes, wait_ms)
+            lambda s: s.read(queue_id, partition, offset, max_count, max_bytes, wait_ms, fence)
         )
 
     def set_append_limit(

@@ -667,6 +667,10 @@ class LogStore:
             self.offsets.offsets[key] = offset
             self.offsets.changed = True
 
+    def admit_fence(self, group: str, queue_id: int, partition: int, fence: int) -> None:
+        """A call carrying ``fence`` (a read): StaleFence below the highest seen."""
+        self.offsets.fence((group, queue_id, partition), fence)
+
     def committed_offset(self, group: str, queue_id: int, partition: int, fence: int = 0) -> int:
         """The committed offset, never below the partition's minimum. A ``fence`` is
         admitted (and registered) as for commit_offset: a new lease holder's first read."""

@@ -48,10 +48,14 @@ class StorePort(Protocol):
         max_count: int = 256,
         max_bytes: int = 4 << 20,
         wait_ms: int = 0,
+        fence: int = 0,
     ) -> ReadResult:
         """``wait_ms`` > 0: when there is nothing at ``offset`` yet, a broker holds the read
         until the partition has new records, the queue is deleted or purged, or ``wait_ms``
-        passed (then NO_NEW_MESSAGE). The embedded store answers at once."""
+        passed (then NO_NEW_MESSAGE). The embedded store answers at once. ``fence``: the
+        reader's fencing token in the queue's own group (QUEUE_GROUP; 0: unfenced):
+        StaleFence when a higher one holds the partition, so that a delivering gateway whose
+        lease was taken over reads nothing more to deliver."""
         ...
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:

@@ -376,11 +376,12 @@ class RemoteStore:
         max_count: int = 256,
         max_bytes: int = 4 << 20,
         wait_ms: int = 0,
+        fence: int = 0,
     ) -> ReadResult:
         # The answer must fit in a frame: fewer messages per read is still a correct answer
         # (next_offset says where to go on); one record is always sent whatever its size.
         max_bytes = min(max_bytes, self.max_frame_bytes // 2)
-        request = Read(queue_id, partition, offset, max_count, max_bytes, wait_ms)
+        request = Read(queue_id, partition, offset, max_count, max_bytes, wait_ms, fence)
         return cast(ReadResult, await self._call(request))
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:

@@ -299,11 +299,13 @@ class ReplicatedStore:
 
     async def read(
         self, queue_id: int, partition: int, offset: int, max_count: int = 256,
-        max_bytes: int = 4 << 20, wait_ms: int = 0,
+        max_bytes: int = 4 << 20, wait_ms: int = 0, fence: int = 0,
     ) -> ReadResult:  # fmt: skip
         if self.role != "master":
             raise self._refuse("read")
-        result = await self.inner.read(queue_id, partition, offset, max_count, max_bytes)
+        result = await self.inner.read(
+            queue_id, partition, offset, max_count, max_bytes, fence=fence
+        )
         limit = self.confirmed
         messages = result.messages
         if not messages or messages[-1].commit_offset < limit:

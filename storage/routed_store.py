@@ -237,10 +237,10 @@ class RoutedStore:
 
     async def read(
         self, queue_id: int, partition: int, offset: int, max_count: int = 256,
-        max_bytes: int = 4 << 20, wait_ms: int = 0,
+        max_bytes: int = 4 << 20, wait_ms: int = 0, fence: int = 0,
     ) -> ReadResult:  # fmt: skip
         store = self.stores[self.group_of(queue_id, partition)]
-        return await store.read(queue_id, partition, offset, max_count, max_bytes, wait_ms)
+        return await store.read(queue_id, partition, offset, max_count, max_bytes, wait_ms, fence)
 
     async def commit_offset(
         self,

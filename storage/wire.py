@@ -60,8 +60,9 @@ from storage.wire_replication import (
 # 2: APPEND carries a batch id; REPLICATE. 3: fencing tokens on offset commits and reads,
 # length limits on APPEND (refusals in its answer), READ's wait_ms. 4: byte limits on APPEND,
 # DeliveryProgress on offset commits and in queue stats. 5: the highest fence per partition in
-# queue stats (a new lease holder checks its predecessor's note against it).
-PROTOCOL_VERSION = 5
+# queue stats (a new lease holder checks its predecessor's note against it). 6: READ carries
+# the reader's fencing token (a replaced lease holder reads nothing more to deliver).
+PROTOCOL_VERSION = 6
 NO_PROGRESS = DeliveryProgress(-1)  # how a commit without a progress report travels
 # APPEND: wait_durable, record count, batch id (0: none); per record: exchange, routing key,
 # destination count, properties and body lengths, born_ts_ms, flags; then destinations, then
@@ -83,7 +84,8 @@ RETENTION = struct.Struct("<qq")  # deleted segments, freed bytes; then dropped 
 ID_VALUE = struct.Struct("<Iq")  # a dict[int, int] entry (queues, held-back bytes)
 # Request arguments are as wide as Python lets a caller pass them: an out-of-range partition
 # is the store's UnknownQueue over the wire too, not an encoding error.
-READ_ARGS = struct.Struct("<IIqIqI")  # queue id, partition, offset, max count and bytes, wait ms
+# queue id, partition, offset, max count and bytes, wait ms, fence
+READ_ARGS = struct.Struct("<IIqIqIq")
 # queue id, partition, offset, fencing token; then DeliveryProgress (next offset -1: none)
 COMMIT_ARGS = struct.Struct("<IIqqqqI")
 QUEUE_ARGS = struct.Struct("<II")  # queue id, partition (or partition count)
@@ -149,6 +151,7 @@ class Read(NamedTuple):
     max_count: int
     max_bytes: int
     wait_ms: int = 0  # hold the read (up to this) while the partition has nothing new
+    fence: int = 0  # the reader's fencing token in QUEUE_GROUP (0: unfenced)
 
 
 class CreateQueue(NamedTuple):

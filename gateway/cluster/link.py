@@ -306,8 +306,13 @@ class ClusterLink:
                 offset = queue.cursors[partition]
                 try:
                     found = await self.node.store.read(
-                        queue.queue_id, partition, offset, 1, wait_ms=LONG_POLL_MS
-                    )
+                        queue.queue_id, partition, offset, 1, wait_ms=LONG_POLL_MS,
+                        fence=queue.fences[partition],
+                    )  # fmt: skip
+                except StaleFence as error:  # taken over: the lease loop sees it lost next
+                    queue.lose_lease(partition, error)
+                    await anyio.sleep(RETRY_S)
+                    continue
                 except StoreError as error:
                     log.debug("cluster: long-poll read of %r/%d: %s", queue.name, partition,
                               error)  # fmt: skip

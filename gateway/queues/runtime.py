@@ -512,7 +512,15 @@ class QueueRuntime:
         more = False
         for p in partitions:
             start = self.cursors[p]
-            result = await self.store.read(self.queue_id, p, start, FETCH_BATCH)
+            try:
+                # Cluster: with the lease's token, so that once another gateway has taken the
+                # partition over this one reads nothing more to deliver (StaleFence).
+                result = await self.store.read(
+                    self.queue_id, p, start, FETCH_BATCH, fence=self.fences[p]
+                )
+            except StaleFence as error:
+                self.lose_lease(p, error)
+                continue
             if self.cursors[p] != start:
                 # Moved while the read was out (a delivery-lease take-over, a reset): this
                 # answer is for the old position; taking it would skip what lies between.
@@ -908,10 +916,12 @@ class QueueRuntime:
         says, checked against the broker's fence). The read registers the lease's fencing
         token (``fences``, set by the cluster link): the holder replaced can commit no more
         (StaleFence)."""
-        stats = await self.store.queue_stats(self.queue_id)
+        # The token first: from here on the replaced holder's reads are refused, so it can
+        # have read nothing past the end the stats below give (all of it is flagged).
         committed = await self.store.committed_offset(
             QUEUE_GROUP, self.queue_id, partition, self.fences[partition]
         )
+        stats = await self.store.queue_stats(self.queue_id)
         # Dropped after the reads (which yield): the partition is read again from committed.
         self._forget_partition(partition)
         part = stats.partitions[partition]
@@ -1105,13 +1115,13 @@ class QueueRuntime:
         return {p: mark for p, mark in enumerate(marks) if mark > committed[p]}
 
     def lose_lease(self, partition: int, error: StaleFence) -> None:
-        """The broker refused our fencing token: another gateway took the partition over
-        (our lease lapsed while we were paused or cut off from Redis). Stop delivering it;
-        what our consumers hold unacked is redelivered from there."""
+        """The broker refused our fencing token on a commit or a read: another gateway took
+        the partition over (our lease lapsed while we were paused or cut off from Redis).
+        Stop delivering it; what our consumers hold unacked is redelivered from there."""
         if self.fences[partition] == 0:
             return
         log.warning(
-            "queue %r partition %d: offset commit refused (%s); lease token %d replaced, "
+            "queue %r partition %d: fencing token refused (%s); lease token %d replaced, "
             "no longer delivering this partition",
             self.name,
             partition,

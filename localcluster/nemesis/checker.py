@@ -5,7 +5,9 @@ publish attempt (confirmed or not) and every delivery. Pure: a list in, a verdic
 
 - lost: confirmed, never delivered;
 - unexpected: delivered, never published;
-- unflagged duplicates: a second delivery of a message without ``redelivered`` set;
+- unflagged duplicates: a message delivered n times with fewer than n - 1 of those deliveries
+  flagged ``redelivered`` (the flagged copy may arrive first: a replaced gateway's last
+  delivery can reach its client after the new holder's);
 - out of order: on a one-partition queue, one consumer got two first deliveries of one
   publisher's messages in another order than they were published (RabbitMQ's per-channel
   order; redeliveries may come at any point).
@@ -79,6 +81,7 @@ def check(
     verdict.published = len(sent)
     verdict.confirmed = sum(1 for p in sent.values() if p.confirmed)
     seen: Counter[str] = Counter()
+    flagged: Counter[str] = Counter()
     ordered = set(one_partition)
     last_seq: dict[tuple[str, str, str], tuple[int, str]] = {}  # (queue, consumer, publisher)
     for d in delivered:
@@ -88,9 +91,11 @@ def check(
         if origin is None:
             verdict.unexpected.append(f"{d.key} on {d.queue}")
             continue
+        if d.redelivered:
+            flagged[d.key] += 1
         if seen[d.key] > 1:
             verdict.duplicates += 1
-            if not d.redelivered:
+            if seen[d.key] - 1 > flagged[d.key]:
                 verdict.unflagged.append(f"{d.key} to {d.consumer}")
             continue
         if d.queue in ordered and not d.redelivered:

@@ -173,9 +173,12 @@ class RocketMQStore:
         max_count: int = 256,
         max_bytes: int = 4 << 20,
         wait_ms: int = 0,
+        fence: int = 0,
     ) -> ReadResult:
         with self._rerouted_after(queue_id):
             route = await self._route(queue_id, partition)
+            if fence:  # one more round trip: the fence is a group offset on the broker
+                await self._admit(route, queue_id, QUEUE_GROUP, partition, fence)
             floor = await self._floor(queue_id, partition, route)
             group = await self._group(route, self.names.reader_group)
             try:

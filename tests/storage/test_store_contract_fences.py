@@ -51,6 +51,28 @@ async def test_a_higher_fence_shuts_out_a_lower_one(kind: str, config: StoreConf
             await store.commit_offset(QUEUE_GROUP, 9, 0, 1, fence=1)
 
 
+async def test_a_replaced_holder_reads_nothing_more(kind: str, config: StoreConfig) -> None:
+    """A read carrying a fencing token is refused once a higher one holds the partition in
+    the queue's own group: a gateway whose lease was taken over reads nothing more to
+    deliver (and so cannot deliver, unflagged, what the new holder delivers too)."""
+    async with open_store(kind, config) as store:
+        await store.create_queue(1, 2)
+        await fill(store, 1, 10)
+        assert await store.committed_offset(QUEUE_GROUP, 1, 0, fence=5) == 0
+        held = await store.read(1, 0, 0, 100, fence=5)
+        assert held.messages  # the holder reads
+        assert await store.committed_offset(QUEUE_GROUP, 1, 0, fence=6) == 0  # taken over
+        with pytest.raises(StaleFence) as refused:
+            await store.read(1, 0, 0, 100, fence=5)
+        assert "6" in str(refused.value)  # names the token that holds it
+        assert (await store.read(1, 0, 0, 100, fence=6)).messages == held.messages
+        assert (await store.read(1, 0, 0, 100)).messages == held.messages  # unfenced reader
+        # The token is the queue's own group's, per partition: another partition is free.
+        assert (await store.read(1, 1, 0, 100, fence=1)).status is not None
+        await store.commit_offset("other", 1, 0, 0, fence=9)
+        assert (await store.read(1, 0, 0, 100, fence=6)).messages == held.messages
+
+
 async def test_fences_survive_a_restart_and_go_with_the_queue(
     kind: str, config: StoreConfig
 ) -> None:

@@ -81,7 +81,7 @@ requests = st.one_of(
         st.lists(st.tuples(u32, i64), max_size=4),
     ),
     st.builds(WaitDurable, i64),
-    st.builds(Read, u32, u32, i64, u32, i64, u32),
+    st.builds(Read, u32, u32, i64, u32, i64, u32, i64),
     st.builds(CreateQueue, u32, u32),
     st.builds(DeleteQueue, u32),
     st.builds(Purge, u32, text),
