@@ -166,7 +166,10 @@ def _decide_group(state: ControllerState, view: GroupView) -> list[Action]:
     decided = (
         _first_master(state, view, live)
         if not record.master
-        else _failover(state, view, live) or _switchover(state, view, live) or _in_sync(view, live)
+        else _diverged(state, view, live)
+        or _failover(state, view, live)
+        or _switchover(state, view, live)
+        or _in_sync(view, live)
     )
     if isinstance(decided, Stuck):  # a notice, given once per reason; the down set still goes
         if decided.reason != view.stuck:
@@ -219,6 +222,50 @@ def _first_master(state: ControllerState, view: GroupView, live: set[str]) -> Ac
         record.version,
         previous="",
         reason="first master of the group",
+    )
+
+
+def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action | None:
+    """A live broker that saw the record's epoch will not follow its master: the master lacks
+    entries confirmed before (it was elected from a record Redis had lost writes of: a
+    Sentinel failover to a replica that missed the in-sync set's last shrink, say). Once the
+    master cannot be confirming (silent for the election silence, or resigned), elect at a
+    new epoch the live broker holding the most confirmed entries, alone in sync (others join
+    as slaves do); it may be outside the stored in-sync set, which is the stale part. While
+    the master is alive the group is stuck, and says so: electing then could let it and the
+    new master confirm together."""
+    record = view.record
+    reports = [b.report for b in view.brokers.values() if b.broker_id in live and b.report]
+    refusing = [r for r in reports if r.role == "diverged" and r.epoch >= record.epoch]
+    if not refusing:
+        return None
+    confirmed = max(r.confirmed for r in refusing)
+    holders = {r.broker_id for r in reports if r.confirmed >= confirmed} - {record.master}
+    best = _best(view, holders)
+    if best is None:  # (the refusing broker itself always qualifies; kept for the types)
+        return None
+    refusers = ", ".join(sorted(r.broker_id for r in refusing))
+    master = view.brokers.get(record.master)
+    report = master.report if master is not None else None
+    silence = state.now_ms - (report.at_ms if report is not None else 0)
+    resigned = report is not None and report.resigned_epoch >= record.epoch
+    if silence < state.config.election_silence_ms and not resigned:
+        return Stuck(
+            record.group,
+            f"master {record.master} lacks entries confirmed up to {confirmed} ({refusers} "
+            f"will not follow it); stop {record.master} and {best.broker_id} is elected",
+        )
+    return Elect(
+        record.group,
+        best.broker_id,
+        _min_epoch(view),
+        frozenset((best.broker_id,)),
+        record.epoch,
+        record.version,
+        previous=record.master,
+        reason=f"master {record.master} lacks entries confirmed up to {confirmed} "
+        f"({refusers} will not follow it)",
+        unclean=best.broker_id not in record.in_sync,  # the stored set is the stale part
     )
 
 

@@ -19,8 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, cast
 
-Role = Literal["master", "slave", "none"]
-ROLES: frozenset[str] = frozenset(("master", "slave", "none"))
+# "diverged": a slave that will not follow the record's master, because doing so would cut
+# entries it knows were confirmed (the master was elected from a record Redis lost writes of).
+Role = Literal["master", "slave", "none", "diverged"]
+ROLES: frozenset[str] = frozenset(("master", "slave", "none", "diverged"))
 SEQ_BOOT_SHIFT = 32  # heartbeat seq = boot << 32 | n: a restarted broker's seqs are larger
 
 

@@ -138,6 +138,10 @@ class ReplicatedStore:
             self.step_down()
         self.role, self.role_epoch = "slave", epoch
 
+    def diverge(self, epoch: int) -> None:
+        """It will not follow the master of ``epoch``: that would cut confirmed entries."""
+        self.role, self.role_epoch = "diverged", epoch
+
     def step_down(self) -> None:
         if self.role == "master":
             log.info("broker %s stops acting as master (epoch %d)", self.me, self.role_epoch)

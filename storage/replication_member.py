@@ -32,6 +32,15 @@ from storage.results import AppendResult
 from storage.state_files import QueueInfo
 from storage.wire_replication import Replicate, Replicated
 
+
+class Diverged(Exception):
+    """Following the master would cut entries this broker knows were confirmed."""
+
+    def __init__(self, shared: int, confirmed: int) -> None:
+        super().__init__(shared, confirmed)
+        self.shared, self.confirmed = shared, confirmed
+
+
 log = logging.getLogger("mqgw.storage.replication")
 
 Connect = Callable[[str], AbstractAsyncContextManager[RemoteStore]]
@@ -163,7 +172,19 @@ class ReplicationMember:
         address = await self._master_address(master)
         async with self.connect(address) as remote:
             answer = await remote.replicate(Replicate("epochs", {"epoch": epoch}))
-            self._truncate_to_common_point(answer)
+            try:
+                self._truncate_to_common_point(answer)
+            except Diverged as refusal:
+                log.error(  # once per master followed: it waits for the record to move
+                    "broker %s will not follow %s at epoch %d: they share the log only up to "
+                    "%d and entries up to %d are confirmed here; waiting for the controller "
+                    "to elect a broker that holds them",
+                    self.store.me, master, epoch, refusal.shared, refusal.confirmed,
+                )  # fmt: skip
+                self.store.diverge(epoch)
+                self._beat_now.set()
+                await self._follow_changed.wait()
+                return
             registry_version, first = 0, True
             committer = self.store.inner.committer
             while True:
@@ -187,12 +208,13 @@ class ReplicationMember:
         master_epochs = [(int(e), int(s)) for e, s in answer.head["epochs"]]
         end = store.log.commit_log.write_offset
         cut = common_point(state.epochs, end, master_epochs, int(answer.head["end"]))
+        if cut < store.confirmed:
+            # The master lacks entries confirmed here: it was elected from a record that
+            # Redis lost writes of (a failover to a replica that missed them). Following it
+            # would lose confirmed messages; say so instead (role "diverged") and let the
+            # controller elect a broker that holds them (docs/controller.md, rule 13).
+            raise Diverged(cut, store.confirmed)
         if cut < end:
-            if cut < store.confirmed:
-                log.error(
-                    "broker %s: truncating to %d cuts confirmed entries (confirmed %d)",
-                    store.me, cut, store.confirmed,
-                )  # fmt: skip
             cut_bytes = truncate_log(store.log, cut)
             log.warning(
                 "broker %s: log cut back to %d (%d bytes written after the last point it "

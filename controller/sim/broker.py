@@ -321,6 +321,11 @@ class SimBroker(Node):
         if self.following is None or reply.epoch != self.following[1] or self.synced:
             return
         cut = common_point(self.epochs(), len(self.log), reply.epochs, reply.end)
+        if cut < self.confirmed:  # rule 12: never cut a confirmed entry; say "diverged"
+            self.world.note(f"{self.name} will not follow: it would cut confirmed entries")
+            self.role = "diverged"
+            self._beat()
+            return
         self.truncate(cut, "rejoin")
         self.synced = True
         self._ask_master()

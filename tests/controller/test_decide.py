@@ -254,6 +254,34 @@ CASES = [
         [MarkDown("g", 7, S("x"))],
         extra=[Registration("g", "x", False), Registration("g", "y", True)],
     ),
+    # Found by the nemesis run (seed 4): a Sentinel failover lost the in-sync set's last
+    # shrink, a controller elected a replica that lacked confirmed entries, and the others
+    # cut those entries to follow it. Now they will not (role "diverged"), and the broker
+    # holding the most confirmed entries is elected at once.
+    Case(
+        "slaves that will not follow a silent master: the one holding the most confirmed wins",
+        rec(in_sync=S("a")),
+        [rep("a", NOW - 2000, role="master", end=50, confirmed=40),
+         rep("b", role="diverged", log_epoch=2, end=90, confirmed=80),
+         rep("c", role="diverged", log_epoch=2, end=95, confirmed=80),
+         rep("d", log_epoch=2, end=99, confirmed=60)],
+        [elect("c", "master a lacks entries confirmed up to 80 (b, c will not follow it)",
+               unclean=True)],
+    ),
+    Case(
+        "slaves that will not follow a live master: stuck, and saying what to do",
+        rec(in_sync=S("a")),
+        [rep("a", role="master", end=50, confirmed=40),
+         rep("b", role="diverged", log_epoch=2, end=90, confirmed=80)],
+        [Stuck("g", "master a lacks entries confirmed up to 80 (b will not follow it); "
+                    "stop a and b is elected")],
+    ),
+    Case(
+        "a refusal from before the record's epoch: nothing",
+        rec(),
+        [MASTER_A, rep("b", role="diverged", epoch=2, confirmed=80)],
+        [],
+    ),
 ]  # fmt: skip
 
 
