@@ -50,13 +50,16 @@ class SetInSync:
 @dataclass(frozen=True, slots=True)
 class StopConfirming:
     """Planned switchover, phase 1: the master stops confirming and hands over to
-    ``target`` once it has everything."""
+    ``target`` once it has everything. A rescue stops a master that lacks confirmed entries
+    (slaves "diverged" from it) so that ``target``, which holds them, can be elected: the
+    target need not be in the stored in-sync set, which is the stale part."""
 
     group: str
     epoch: int
     expect_version: int
     target: str
     request_id: str
+    rescue: bool = False
 
 
 @dataclass(frozen=True, slots=True)

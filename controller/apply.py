@@ -132,7 +132,8 @@ class RedisApply:
                 args += [action.epoch, _ids(action.in_sync), _ids(action.added), action.reason,
                          keys.replica_prefix(group)]  # fmt: skip
             case StopConfirming():
-                args += [action.epoch, action.target, action.request_id]
+                args += [action.epoch, action.target, action.request_id,
+                         "1" if action.rescue else "0"]  # fmt: skip
                 extra_keys.append(keys.switchover(group))
             case ResumeConfirming():
                 args += [action.epoch, action.reason]

@@ -232,8 +232,8 @@ def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action
     master cannot be confirming (silent for the election silence, or resigned), elect at a
     new epoch the live broker holding the most confirmed entries, alone in sync (others join
     as slaves do); it may be outside the stored in-sync set, which is the stale part. While
-    the master is alive the group is stuck, and says so: electing then could let it and the
-    new master confirm together."""
+    the master is alive it is first told to stop confirming (a rescue fence, as for a
+    switchover), then the holder is elected: both confirming at once must not happen."""
     record = view.record
     reports = [b.report for b in view.brokers.values() if b.broker_id in live and b.report]
     refusing = [r for r in reports if r.role == "diverged" and r.epoch >= record.epoch]
@@ -249,12 +249,17 @@ def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action
     report = master.report if master is not None else None
     silence = state.now_ms - (report.at_ms if report is not None else 0)
     resigned = report is not None and report.resigned_epoch >= record.epoch
-    if silence < state.config.election_silence_ms and not resigned:
-        return Stuck(
-            record.group,
-            f"master {record.master} lacks entries confirmed up to {confirmed} ({refusers} "
-            f"will not follow it); stop {record.master} and {best.broker_id} is elected",
-        )
+    fenced = (
+        report is not None
+        and record.fence == best.broker_id
+        and report.epoch == record.epoch
+        and report.fenced_version == record.fence_version
+    )
+    if silence < state.config.election_silence_ms and not resigned and not fenced:
+        if record.fence:  # asked: it stops at its next heartbeat answer
+            return Stuck(record.group, f"rescue: waiting for {record.master} to stop")
+        return StopConfirming(record.group, record.epoch, record.version, best.broker_id,
+                              "rescue", rescue=True)  # fmt: skip
     return Elect(
         record.group,
         best.broker_id,

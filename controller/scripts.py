@@ -128,14 +128,16 @@ return answer()
 """
 )
 
-# KEYS[5]: the switchover request, consumed. ARGV[6..]: epoch, target, request id.
+# KEYS[5]: the switchover request, consumed. ARGV[6..]: epoch, target, request id, rescue
+# "1"/"0" (a rescue's target may be outside the in-sync set).
 STOP_CONFIRMING = (
     _WRITE_PRELUDE
     + f"""
 if epoch ~= tonumber(ARGV[6]) or str(KEYS[2], 'fence') ~= '' then
   return {{0, '{BAD_FENCE}'}}
 end
-if ARGV[7] == master or not contains(cjson.decode(str(KEYS[2], 'in_sync')), ARGV[7]) then
+if ARGV[7] == master
+   or (ARGV[9] ~= '1' and not contains(cjson.decode(str(KEYS[2], 'in_sync')), ARGV[7])) then
   return {{0, '{NOT_IN_SYNC}'}}
 end
 written('fence', ARGV[7], 'fence_version', version)

@@ -160,7 +160,8 @@ class StoreModel:
             case StopConfirming():
                 if action.epoch != record.epoch or record.fence:
                     return BAD_FENCE
-                if action.target not in record.in_sync or action.target == record.master:
+                outside = action.target not in record.in_sync and not action.rescue
+                if outside or action.target == record.master:
                     return NOT_IN_SYNC
             case ResumeConfirming():
                 if action.epoch != record.epoch or not record.fence:

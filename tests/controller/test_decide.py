@@ -269,12 +269,26 @@ CASES = [
                unclean=True)],
     ),
     Case(
-        "slaves that will not follow a live master: stuck, and saying what to do",
+        "slaves that will not follow a live master: it is told to stop confirming first",
         rec(in_sync=S("a")),
         [rep("a", role="master", end=50, confirmed=40),
          rep("b", role="diverged", log_epoch=2, end=90, confirmed=80)],
-        [Stuck("g", "master a lacks entries confirmed up to 80 (b will not follow it); "
-                    "stop a and b is elected")],
+        [StopConfirming("g", 3, 7, "b", "rescue", rescue=True)],
+    ),
+    Case(
+        "rescue fence not obeyed yet: wait",
+        rec(in_sync=S("a"), fence="b", fence_version=7),
+        [rep("a", role="master", end=50, confirmed=40),
+         rep("b", role="diverged", log_epoch=2, end=90, confirmed=80)],
+        [Stuck("g", "rescue: waiting for a to stop")],
+    ),
+    Case(
+        "rescue fence obeyed: the holder is elected, outside the stale in-sync set",
+        rec(in_sync=S("a"), fence="b", fence_version=7),
+        [rep("a", role="master", end=50, confirmed=40, fenced_version=7),
+         rep("b", role="diverged", log_epoch=2, end=90, confirmed=80)],
+        [elect("b", "master a lacks entries confirmed up to 80 (b will not follow it)",
+               unclean=True)],
     ),
     Case(
         "a refusal from before the record's epoch: nothing",

@@ -72,6 +72,9 @@ STEPS: list[tuple[str, tuple[Any, ...]]] = [
     ("write", ("c1", 1, elect("c", 5, 2, "c"), NEVER_SILENT)),  # resigned, but c not in sync
     ("write", ("c1", 1, elect("c", 5, 2, "bc", min_epoch=7, unclean=True), NEVER_SILENT)),
     ("write", ("c1", 1, elect("b", 6, 7, "bc"), 0)),  # silence 0: c counts as silent
+    # A rescue: the target may be outside the in-sync set (a plain switchover's may not).
+    ("write", ("c1", 1, a.StopConfirming("g", 8, 7, "a", "r3"), 0)),  # a not in sync
+    ("write", ("c1", 1, a.StopConfirming("g", 8, 7, "a", "rescue", rescue=True), 0)),
 ]
 
 
@@ -150,10 +153,11 @@ async def test_scripts_and_model_agree(real: Real) -> None:
         assert await real.snapshot() == await model.snapshot(), f"after step {number}"
     # The record went where the steps lead, and each landed write is on the change stream.
     (record,) = (await real.snapshot())[1]
-    assert (record.epoch, record.master, record.in_sync, record.version) == (8, "b", S("bc"), 7)
+    assert (record.epoch, record.master, record.in_sync, record.version) == (8, "b", S("bc"), 8)
+    assert (record.fence, record.fence_version) == ("a", 8)  # the rescue's
     kinds = [fields["kind"] for _, fields in await real.link.changes()]
     assert kinds == ["group.master", "group.in_sync", "group.fence", "group.master",
-                     "group.master", "group.master"]  # fmt: skip
+                     "group.master", "group.master", "group.fence"]  # fmt: skip
 
 
 async def test_a_restarted_controller_is_a_new_holder(real: Real) -> None:
