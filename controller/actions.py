@@ -74,9 +74,14 @@ class ResumeConfirming:
 
 @dataclass(frozen=True, slots=True)
 class MarkDown:
+    """The brokers taken for dead. With ``jump``, the version also leaps by that much: after
+    Redis lost writes (a restart, a Sentinel failover) brokers may follow a version above the
+    stored one and ignore every answer below it, so a master would lose its standing."""
+
     group: str
     expect_version: int
     down: frozenset[str]
+    jump: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,7 @@ class RedisApply:
             case ResumeConfirming():
                 args += [action.epoch, action.reason]
             case MarkDown():
-                args.append(_ids(action.down))
+                args += [_ids(action.down), action.jump]
         script = self._writes[type(action)]
         reply = await script(
             keys=[keys.lease, keys.record(group), keys.changes, keys.groups, *extra_keys],

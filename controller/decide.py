@@ -72,6 +72,12 @@ class GroupView:
     handled_requests: set[str] = field(default_factory=set)
     stuck: str = ""  # the last Stuck reason given, so it is given once
     demoted: set[tuple[str, int]] = field(default_factory=set)
+    # Redis restarted: the stored version may be below the one brokers follow (lost writes);
+    # one write leaps past it (MarkDown with ``jump``) so their answers count again.
+    touch: bool = False
+
+
+VERSION_JUMP = 1_000_000  # far more writes than Redis can lose in one failover
 
 
 @dataclass(slots=True)
@@ -109,6 +115,7 @@ def step(state: ControllerState, event: Event) -> list[Action]:
             state.hold_until_ms = now_ms + state.config.election_silence_ms
             for view in state.groups.values():  # Redis may have lost writes: believe it again
                 view.record = GroupRecord(view.record.group)
+                view.touch = True
         case GroupRead(record):
             view = state.group(record.group)
             if (record.epoch, record.version) < (view.record.epoch, view.record.version):
@@ -179,7 +186,10 @@ def _decide_group(state: ControllerState, view: GroupView) -> list[Action]:
         view.stuck = ""
     if decided is None:
         down = frozenset(view.brokers) - live
-        if down != record.down:
+        if view.touch and record.version:
+            view.touch = False
+            decided = MarkDown(record.group, record.version, down, jump=VERSION_JUMP)
+        elif down != record.down:
             decided = MarkDown(record.group, record.version, down)
     return notices if decided is None else [*notices, decided]
 

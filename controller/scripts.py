@@ -165,6 +165,7 @@ return answer()
 MARK_DOWN = (
     _WRITE_PRELUDE
     + """
+version = version + tonumber(ARGV[7])
 written('down', ARGV[6])
 return answer()
 """

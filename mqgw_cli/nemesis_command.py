@@ -35,7 +35,7 @@ def _nemesis(args: argparse.Namespace) -> int:
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="mqgw-nemesis-"))
     root.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    logging.getLogger("pika").setLevel(logging.WARNING)  # one line per reconnect otherwise
+    logging.getLogger("pika").setLevel(logging.CRITICAL)  # reconnects: counted in the report
     report = run(args.seed, args.minutes, root)
     print(report.describe())
     print(f"logs: {root / 'logs'}")

@@ -189,7 +189,7 @@ class StoreModel:
             case ResumeConfirming():
                 return replace(written, fence="", fence_version=0)
             case MarkDown():
-                return replace(written, down=action.down)
+                return replace(written, down=action.down, version=written.version + action.jump)
         raise AssertionError(action)
 
 
