@@ -9,8 +9,9 @@ publish attempt (confirmed or not) and every delivery. Pure: a list in, a verdic
   flagged ``redelivered`` (the flagged copy may arrive first: a replaced gateway's last
   delivery can reach its client after the new holder's);
 - out of order: on a one-partition queue, one consumer got two first deliveries of one
-  publisher's messages in another order than they were published (RabbitMQ's per-channel
-  order; redeliveries may come at any point).
+  channel's messages in another order than they were published (RabbitMQ's per-channel
+  order; redeliveries may come at any point). A publisher that reconnects opens another
+  channel: a message it gave up on with the old one may still land after the next ones.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Published:
     seq: int  # its publish order on that channel
     confirmed: bool
     at: float = 0.0  # time.monotonic() when the answer came (stalls, in the run's report)
+    channel: str = ""  # the channel it went out on (order is per channel); "": the publisher
 
     @property
     def key(self) -> str:
@@ -99,7 +101,7 @@ def check(
                 verdict.unflagged.append(f"{d.key} to {d.consumer}")
             continue
         if d.queue in ordered and not d.redelivered:
-            where = (d.queue, d.consumer, origin.publisher)
+            where = (d.queue, d.consumer, origin.channel or origin.publisher)
             before = last_seq.get(where)
             if before is not None and origin.seq < before[0]:
                 verdict.out_of_order.append(f"{d.key} after {before[1]} to {d.consumer}")

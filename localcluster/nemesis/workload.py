@@ -86,9 +86,12 @@ class Publisher(Client):
     def __init__(self, name: str, urls: Sequence[str], queue: str, history: History) -> None:
         super().__init__(name, urls, queue, history)
         self.seq = 0
+        self.incarnation = 0
 
     def session(self, connection: Any) -> None:
         pika = pika_module()
+        self.incarnation += 1
+        channel_name = f"{self.name}#{self.incarnation}"
         try:
             channel = connection.channel()
             channel.confirm_delivery()
@@ -104,7 +107,9 @@ class Publisher(Client):
                     pass
                 finally:
                     self.history.sent(
-                        Published(self.queue, self.name, seq, confirmed, time.monotonic())
+                        Published(
+                            self.queue, self.name, seq, confirmed, time.monotonic(), channel_name
+                        )  # fmt: skip
                     )
                 self.stop.wait(PUBLISH_GAP_S)
         finally:
