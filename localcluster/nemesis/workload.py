@@ -109,7 +109,7 @@ class Publisher(Client):
                     self.history.sent(
                         Published(
                             self.queue, self.name, seq, confirmed, time.monotonic(), channel_name
-                        )  # fmt: skip
+                        )
                     )
                 self.stop.wait(PUBLISH_GAP_S)
         finally:
