@@ -72,6 +72,11 @@ BACKOFF_FIRST_S = 0.05
 # A peer that vanished without a FIN or RST (host down, partition) is found by TCP keepalive:
 # idle 5 s, then 3 probes 2 s apart. Otherwise calls in flight would wait forever.
 KEEPALIVE = (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3))
+# Keepalive only probes an idle connection. One with a request unanswered behind a partition
+# keeps retransmitting with a doubling delay, so after the heal it could wait 10 s or more for
+# the next try (the nemesis run saw a slave rejoin 12 s late). Data unacknowledged this long
+# (the peer's kernel acknowledges even when its process is paused) closes it: reconnect.
+USER_TIMEOUT_MS = 6000
 
 
 class BrokerUnavailable(StoreError):
@@ -83,7 +88,7 @@ def enable_keepalive(stream: SocketStream) -> None:
     """Turn on TCP keepalive with short timers (both ends of the broker protocol use it)."""
     sock = stream.extra(SocketAttribute.raw_socket)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in KEEPALIVE:
+    for name, value in (*KEEPALIVE, ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
         if hasattr(socket, name):  # Linux names; elsewhere the system's defaults apply
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
