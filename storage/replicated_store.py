@@ -290,9 +290,22 @@ class ReplicatedStore:
             self.batches.popitem(last=False)
 
     async def wait_durable(self, end_offset: int) -> None:
+        """Returns once this master has confirmed up to ``end_offset`` in the term it was
+        asked in. A broker that is not master, or stopped being master meanwhile, refuses
+        (the gateway sends the batch again to the new master): once a slave, its log may be
+        cut back and its confirm offset raised by the new master's entries, so the offsets
+        no longer say anything about this batch (found by the nemesis run, seed 7: such a
+        wait returned, and two confirmed messages were lost)."""
+        if self.role != "master":
+            raise self._refuse("confirm")
+        epoch = self.role_epoch
         end_offset = min(end_offset, self.log.commit_log.write_offset)
-        while self.confirmed < end_offset:
-            if self.role != "master" or self.fenced_version:
+        while True:
+            if self.role != "master" or self.role_epoch != epoch:
+                raise self._refuse("confirm")
+            if self.confirmed >= end_offset:
+                return  # (confirmed before a switchover's fence: durable all the same)
+            if self.fenced_version:
                 raise self._refuse("confirm")
             changed = self._changed
             with anyio.move_on_after(self.settings.timing.heartbeat_interval_ms / 1000):
