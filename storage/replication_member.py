@@ -20,6 +20,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
 import anyio
+from redis.exceptions import RedisError
 
 from controller.contract import common_point, stale
 from controller.model import SEQ_BOOT_SHIFT, GroupRecord, ReplicaReport
@@ -31,6 +32,13 @@ from storage.replicated_store import ReplicatedStore
 from storage.results import AppendResult
 from storage.state_files import QueueInfo
 from storage.wire_replication import Replicate, Replicated
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    """The first error inside nested exception groups (the one worth a log line)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
 
 
 class Diverged(Exception):
@@ -150,10 +158,12 @@ class ReplicationMember:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._stop_on_change, tg.cancel_scope)
                     await self._follow(*following)
-            except* (StoreError, OSError, KeyError, ValueError) as errors:
+            # Redis errors too: the master's address is looked up there, and Redis may be cut
+            # off just then (the nemesis run: two slaves exited on an uncaught timeout).
+            except* (StoreError, OSError, KeyError, ValueError, RedisError) as errors:
                 log.warning(
                     "broker %s: replication from %s stopped: %s; retrying",
-                    self.store.me, following[0], errors.exceptions[0],
+                    self.store.me, following[0], _first_leaf(errors),
                 )  # fmt: skip
                 await anyio.sleep(0.2)
 

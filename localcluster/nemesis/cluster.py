@@ -205,6 +205,18 @@ class NemesisCluster:
         for host in sorted(self.down):
             self.restart(host)
 
+    def crashed(self) -> list[str]:
+        """Processes that exited though nobody killed them (every killed host was restarted
+        by the heal): each one is a bug, with the tail of its log."""
+        found = []
+        for process in self.processes:
+            if process.proc is not None and process.proc.poll() is not None:
+                tail = self.log_tail(process.host, process.role, 600).strip().splitlines()
+                last = tail[-1] if tail else ""
+                found.append(f"{process.host} {process.role} exited {process.proc.returncode}: "
+                             f"{last}")  # fmt: skip
+        return found
+
     def stop(self) -> None:
         for process in self.processes:
             if process.proc is not None and process.proc.poll() is None:

@@ -44,6 +44,7 @@ class Report:
     drained: bool = False
     client_errors: int = 0
     stalls: dict[str, list[float]] = field(default_factory=dict)  # fault kind -> longest gaps
+    crashed: list[str] = field(default_factory=list)  # processes that exited by themselves
     masters: list[str] = field(default_factory=list)  # the group's terms, from broker logs
     master_problems: list[str] = field(default_factory=list)
 
@@ -54,6 +55,7 @@ class Report:
             and self.verdict is not None
             and self.verdict.ok
             and not self.master_problems
+            and not self.crashed
         )
 
     def describe(self) -> str:
@@ -65,6 +67,7 @@ class Report:
             lines.append(self.verdict.describe())
         lines.append(f"client errors (reconnects): {self.client_errors}")
         lines.append(f"master terms: {', '.join(self.masters) or 'none'}")
+        lines += [f"  CRASHED: {line}" for line in self.crashed]
         lines += [f"  MASTERS: {line}" for line in self.master_problems]
         return "\n".join(lines)
 
@@ -153,12 +156,15 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
             _sleep_until(time.monotonic() + SETTLE_S)
             for gateway in GATEWAYS:
                 cluster.wait_healthy(gateway, 60)
+            stopped_publishing = time.monotonic()
             workload.stop_publishing()
             report.drained = workload.drain(
                 lambda: _ready(workload, cluster), DRAIN_QUIET_S, DRAIN_TIMEOUT_S
             )
             history = workload.history
-            confirms = sorted(p.at for p in history.published if p.confirmed)
+            # Until the publishers stopped: confirms that never came back count as a stall.
+            confirms = [*sorted(p.at for p in history.published if p.confirmed),
+                        stopped_publishing]  # fmt: skip
             for index, fault in enumerate(faults):
                 start = began + fault.at_s
                 stall = longest_stall(confirms, start, start + fault.lasts_s + SETTLE_S / 2)
@@ -166,6 +172,7 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
                 report.stalls.setdefault(fault.kind, []).append(stall)
             report.client_errors = len(history.errors)
             report.verdict = check(history.published, history.delivered, one_partition=QUEUES)
+            report.crashed = cluster.crashed()
         finally:
             cluster.stop()
     every = read_terms(root / "logs")
