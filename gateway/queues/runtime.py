@@ -916,17 +916,19 @@ class QueueRuntime:
         says, checked against the broker's fence). The read registers the lease's fencing
         token (``fences``, set by the cluster link): the holder replaced can commit no more
         (StaleFence)."""
-        # The token first: from here on the replaced holder's reads are refused, so it can
-        # have read nothing past the end the stats below give (all of it is flagged).
+        # The fence the last holder left (0: nobody ever held it), read before ours goes in.
+        before = (await self.store.queue_stats(self.queue_id)).partitions[partition]
         committed = await self.store.committed_offset(
             QUEUE_GROUP, self.queue_id, partition, self.fences[partition]
         )
+        # From here on the replaced holder's reads are refused: it can have read nothing past
+        # the end these stats give, so that is how far "may have gone out" reaches.
         stats = await self.store.queue_stats(self.queue_id)
         # Dropped after the reads (which yield): the partition is read again from committed.
         self._forget_partition(partition)
         part = stats.partitions[partition]
         self.cursors[partition] = max(committed, part.min_offset)
-        self.maybe_delivered[partition] = _delivered_before(part, handed)
+        self.maybe_delivered[partition] = _delivered_before(before, handed, part.max_offset)
         self.ready_count = (
             sum(
                 max(0, s.max_offset - self.cursors[s.partition])
@@ -1132,14 +1134,15 @@ class QueueRuntime:
         self.set_lease(partition, False)
 
 
-def _delivered_before(part: PartitionStats, handed: HandedNote | None) -> int:
+def _delivered_before(part: PartitionStats, handed: HandedNote | None, end: int) -> int:
     """Below which offset of a partition just taken over a message may have been delivered
     (cluster): nothing if no gateway ever took it over (no fence at the broker, no note in
     Redis); the mark its last holder left when it gave the lease up cleanly, if the broker's
     highest fence is that holder's (so nobody took it over since, even if Redis lost the
-    newer note); otherwise (the lease lapsed, the note is gone) everything up to the end."""
+    newer note); otherwise (the lease lapsed, the note is gone) everything up to ``end``
+    (the partition's end once the new token shut the last holder out)."""
     if handed is None and part.fence == 0:
         return 0
     if handed is not None and handed.mark is not None and handed.token == part.fence:
         return handed.mark
-    return part.max_offset
+    return end
