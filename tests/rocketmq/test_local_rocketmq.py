@@ -137,10 +137,14 @@ def test_status_then_down(cli_up: tuple[Path, dict[str, Any]]) -> None:
     assert status.returncode == 0, status.stdout + status.stderr
     assert "master" in status.stdout
     # A broker's graceful stop takes ~11 s: here the SIGKILL after the bound is tested too
-    # (the slow test waits for the graceful one).
+    # (the slow test waits for the graceful one). The name server usually stops on SIGTERM
+    # within the bound, but not always on a loaded machine: either way, one line each.
     down = mqgw("down", "--dir", str(directory), "--timeout", "3")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "namesrv   stopped (SIGTERM)" in down.stdout, down.stdout
+    lines = down.stdout.splitlines()
+    for name in ("namesrv", "broker-1"):
+        (line,) = [item for item in lines if item.split()[0] == name]
+        assert "stopped (SIGTERM) in" in line or line.endswith("killed (SIGKILL) after 3 s"), line
     for process in state["processes"]:
         assert not _alive(process["pid"]), process
     status = mqgw("status", "--dir", str(directory), "--json")
