@@ -215,7 +215,7 @@ def _kept_in_sync(record: GroupRecord, new_master: str, live: set[str]) -> froze
 
 
 def _first_master(state: ControllerState, view: GroupView, live: set[str]) -> Action | None:
-    record, now = view.record, state.now_ms
+    now = state.now_ms
     reporting = {b for b in live if view.brokers[b].report is not None}
     if not reporting:
         return None
@@ -223,16 +223,7 @@ def _first_master(state: ControllerState, view: GroupView, live: set[str]) -> Ac
         return None
     best = _best(view, reporting)
     assert best is not None
-    return Elect(
-        record.group,
-        best.broker_id,
-        _min_epoch(view),
-        frozenset((best.broker_id,)),
-        record.epoch,
-        record.version,
-        previous="",
-        reason="first master of the group",
-    )
+    return _elect_alone(view, best.broker_id, "first master of the group")
 
 
 def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action | None:
@@ -270,17 +261,29 @@ def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action
             return Stuck(record.group, f"rescue: waiting for {record.master} to stop")
         return StopConfirming(record.group, record.epoch, record.version, best.broker_id,
                               "rescue", rescue=True)  # fmt: skip
+    return _elect_alone(
+        view,
+        best.broker_id,
+        f"master {record.master} lacks entries confirmed up to {confirmed} "
+        f"({refusers} will not follow it)",
+        unclean=best.broker_id not in record.in_sync,  # the stored set is the stale part
+    )
+
+
+def _elect_alone(view: GroupView, master: str, reason: str, unclean: bool = False) -> Elect:
+    """``master`` elected at a new epoch, alone in the in-sync set (the others join it as
+    slaves do), replacing the record's master if there is one."""
+    record = view.record
     return Elect(
         record.group,
-        best.broker_id,
+        master,
         _min_epoch(view),
-        frozenset((best.broker_id,)),
+        frozenset((master,)),
         record.epoch,
         record.version,
         previous=record.master,
-        reason=f"master {record.master} lacks entries confirmed up to {confirmed} "
-        f"({refusers} will not follow it)",
-        unclean=best.broker_id not in record.in_sync,  # the stored set is the stale part
+        reason=reason,
+        unclean=unclean,
     )
 
 
