@@ -12,19 +12,16 @@ import anyio
 import pytest
 
 from controller.model import GroupRecord
-from storage import FlushPolicy, Record, StoreConfig, open_embedded_store
+from storage import Record
 from storage.errors import NotMaster
-from storage.replicated_store import ReplicatedStore, ReplicationSettings
-from storage.replication_state import ReplicationState
+from tests.replication.replicated import replicated_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 
 async def test_a_wait_across_a_step_down_is_refused_not_answered(tmp_path: Path) -> None:
-    config = StoreConfig(tmp_path / "store", flush=FlushPolicy.SYNC)
-    async with open_embedded_store(config) as inner:
-        state = ReplicationState.load(config.data_dir, inner.log.fs)
-        store = ReplicatedStore(inner, state, ReplicationSettings("g1", "0"))
+    async with replicated_store(tmp_path, "0") as store:
+        inner = store.inner
         store.become_master(GroupRecord("g1", epoch=1, master="0", in_sync=frozenset("01")))
         await inner.create_queue(1, 1)
         result = await inner.append([Record(b"", b"q", b"", b"m", ((1, 0),))])

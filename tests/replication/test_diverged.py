@@ -14,11 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
-from storage import FlushPolicy, Record, StoreConfig, open_embedded_store
-from storage.replicated_store import ReplicatedStore, ReplicationSettings
+from storage import Record
 from storage.replication_member import ReplicationMember
-from storage.replication_state import ReplicationState
 from storage.wire_replication import Replicated
+from tests.replication.replicated import replicated_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -34,15 +33,13 @@ class MasterAnswering:
 
 
 async def test_a_slave_will_not_cut_confirmed_entries_to_follow(tmp_path: Path) -> None:
-    config = StoreConfig(tmp_path / "store", flush=FlushPolicy.SYNC)
-    async with open_embedded_store(config) as inner:
+    async with replicated_store(tmp_path, "1") as store:
+        inner = store.inner
         await inner.create_queue(1, 1)
         first = await inner.append(
             [Record(b"", b"q", b"", b"m%d" % n, ((1, 0),)) for n in range(5)]
         )
-        state = ReplicationState.load(config.data_dir, inner.log.fs)
-        state.epochs = [(1, 0)]
-        store = ReplicatedStore(inner, state, ReplicationSettings("g1", "1"))
+        store.state.epochs = [(1, 0)]
         end = inner.log.commit_log.write_offset
         store.confirmed = end  # all five confirmed at epoch 1
         began = end // 2  # the new master's term began in the middle of them

@@ -12,19 +12,14 @@ import anyio
 import pytest
 from redis.exceptions import TimeoutError as RedisTimeout
 
-from storage import FlushPolicy, StoreConfig, open_embedded_store
-from storage.replicated_store import ReplicatedStore, ReplicationSettings
 from storage.replication_member import ReplicationMember
-from storage.replication_state import ReplicationState
+from tests.replication.replicated import replicated_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 
 async def test_a_redis_timeout_while_looking_up_the_master_is_retried(tmp_path: Path) -> None:
-    config = StoreConfig(tmp_path / "store", flush=FlushPolicy.SYNC)
-    async with open_embedded_store(config) as inner:
-        state = ReplicationState.load(config.data_dir, inner.log.fs)
-        store = ReplicatedStore(inner, state, ReplicationSettings("g1", "1"))
+    async with replicated_store(tmp_path, "1") as store:
 
         def no_connection(_address: str) -> Any:
             raise AssertionError("never reached: the address lookup fails first")

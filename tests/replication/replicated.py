@@ -1,0 +1,20 @@
+"""A replicated broker's store in-process, for unit tests of its rules: an embedded store
+with sync flush under a ReplicatedStore of group g1, no network and no Redis."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from storage import FlushPolicy, StoreConfig, open_embedded_store
+from storage.replicated_store import ReplicatedStore, ReplicationSettings
+from storage.replication_state import ReplicationState
+
+
+@asynccontextmanager
+async def replicated_store(directory: Path, broker_id: str) -> AsyncIterator[ReplicatedStore]:
+    config = StoreConfig(directory / "store", flush=FlushPolicy.SYNC)
+    async with open_embedded_store(config) as inner:
+        state = ReplicationState.load(config.data_dir, inner.log.fs)
+        yield ReplicatedStore(inner, state, ReplicationSettings("g1", broker_id))
