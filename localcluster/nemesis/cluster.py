@@ -27,7 +27,7 @@ from pathlib import Path
 from localcluster.nemesis.hosts import Hosts
 
 HOSTS = ("r1", "r2", "s3", "ctl1", "ctl2", "b0", "b1", "b2", "gw1", "gw2")
-RESTARTABLE = ("r1", "r2", "s3", "ctl1", "ctl2", "b0", "b1", "b2", "gw1", "gw2")
+RESTARTABLE = HOSTS  # every host's processes start again after a kill
 GATEWAYS = ("gw1", "gw2")
 REDIS_HOSTS = ("r1", "r2")
 BROKERS = ("b0", "b1", "b2")
