@@ -11,6 +11,7 @@ clock (TIME), so skewed machine clocks cannot make a live gateway look dead.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +26,25 @@ class BrokerInfo:
     address: str  # host:port of its store protocol
     last_seen_ms: int  # Redis server time of the last heartbeat, ms since the epoch
     alive: bool  # the heartbeat's lease has not lapsed
+
+
+# A delivery lease's fencing token is ``<counter> << TOKEN_TAG_BITS | <owner's tag>``: two
+# owners never get one token, even when Redis hands one counter value out twice (a write lost
+# at a Redis failover, or an old master that took writes before it learnt it was replaced).
+# A broker admits a token equal to the highest it saw (its holder reads again), so two holders
+# with one token would both be admitted and both deliver (nemesis seed 8).
+TOKEN_TAG_BITS = 16
+
+
+def owner_tag(owner: str) -> int:
+    """The low bits of every token ``owner`` takes (a gateway's name: stable, and distinct
+    between gateways but for a 1-in-65,536 hash collision)."""
+    return zlib.crc32(owner.encode()) & ((1 << TOKEN_TAG_BITS) - 1)
+
+
+def token_counter(token: int) -> int:
+    """The counter value a fencing token was made from."""
+    return token >> TOKEN_TAG_BITS
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from meta.cluster import (
     HandedNote,
     HandOverRequest,
     LeaseState,
+    owner_tag,
     spread_partitions,
 )
 from meta.errors import queue_not_found
@@ -48,11 +49,13 @@ from meta.redis_conn import text
 from meta.redis_topology import TopologyView
 from meta.serialization import key_of, parse_key
 
-# KEYS: lease, token counter, handed note; ARGV: owner, ttl ms, note ttl ms. The lease's value
-# is "<owner> <token>"; the note's "<token> <mark>" once that holder gave the lease up with a
-# mark, "<token> -" while it holds it. Answers {state, holder, token, note before}: "renewed"
-# (the owner's already), "taken" (the owner's now, a new token; the note the last holder
-# left, or ""), "held" (another's).
+# KEYS: lease, token counter, handed note; ARGV: owner, ttl ms, note ttl ms, owner's tag,
+# counter floor (a broker saw a token made from it: values up to it are spent). The lease's
+# value is "<owner> <token>", the token "<counter> << 16 | <tag>" (meta/cluster.py); the
+# note's "<token> <mark>" once that holder gave the lease up with a mark, "<token> -" while it
+# holds it. Answers {state, holder, token, note before}: "renewed" (the owner's already),
+# "taken" (the owner's now, a new token; the note the last holder left, or ""), "held"
+# (another's).
 _HOLD_LEASE = """
 local held = redis.call('GET', KEYS[1])
 if held then
@@ -63,7 +66,12 @@ if held then
   end
   return {'held', owner, token, ''}
 end
-local token = tostring(redis.call('INCR', KEYS[2]))
+local n = redis.call('INCR', KEYS[2])
+if n <= tonumber(ARGV[5]) then
+  n = tonumber(ARGV[5]) + 1
+  redis.call('SET', KEYS[2], n)
+end
+local token = string.format('%.0f', n * 65536 + tonumber(ARGV[4]))
 local before = redis.call('GET', KEYS[3]) or ''
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
 redis.call('SET', KEYS[3], token .. ' -', 'PX', ARGV[3])
@@ -181,16 +189,18 @@ class RedisClusterRegistry(RedisStoreBase):
     async def hold_lease(self, name: str, owner: str, ttl_ms: int) -> int | None:
         """Take lease ``name`` for ``owner`` when it is free, or extend it when ``owner``
         holds it. Returns the lease's fencing token (a new, larger one each time the lease
-        changes hands), or None when another owner holds it."""
+        changes hands, never one another owner got), or None when another owner holds it."""
         state = await self.take_lease(name, owner, ttl_ms)
         return state.token if state.mine else None
 
-    async def take_lease(self, name: str, owner: str, ttl_ms: int) -> LeaseState:
+    async def take_lease(self, name: str, owner: str, ttl_ms: int, floor: int = 0) -> LeaseState:
         """``hold_lease``, answering who holds the lease, and, when it just changed hands to
-        ``owner``, the note its last holder left giving it up (``drop_lease``'s mark)."""
+        ``owner``, the note its last holder left giving it up (``drop_lease``'s mark). A new
+        token's counter is above ``floor`` (``token_counter`` of a token a broker refused
+        ours for: Redis lost the writes that spent those values)."""
         keys = [self._keys.delivery_lease(name), self._keys.lease_tokens()]
         keys.append(self._keys.lease_handed(name))
-        args = [owner, ttl_ms, HANDED_NOTE_TTL_MS]
+        args = [owner, ttl_ms, HANDED_NOTE_TTL_MS, owner_tag(owner), floor]
         state, holder, token, before = await self._conn.run(
             lambda: self._hold_script(keys=keys, args=args)
         )

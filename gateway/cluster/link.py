@@ -58,7 +58,7 @@ from gateway.cluster.shares import ThrottleShares
 from gateway.cluster.views import ClusterViews
 from gateway.controls import Controls
 from meta.change_feed import Change, Reload
-from meta.cluster import HandedNote
+from meta.cluster import HandedNote, token_counter
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
 from meta.reply_relay import ReplyInboxes
@@ -158,6 +158,8 @@ class ClusterLink:
         # succeeded (token, note).
         self._taking: set[tuple[int, int]] = set()
         self._releasing: set[tuple[int, int]] = set()
+        # Per partition, the counter a new token must pass (``_spent``).
+        self._floors: dict[tuple[int, int], int] = {}
         self._asking: dict[int, anyio.Event] = {}
         self._ask_after: dict[int, float] = {}
         self._notes: dict[tuple[int, int], tuple[int, HandedNote | None]] = {}
@@ -480,7 +482,9 @@ class ClusterLink:
         key = (queue.queue_id, partition)
         if key in self._releasing or key in self._taking:
             return None  # being given up or taken over here (another task): not again
-        lease = await self.meta.take_lease(_lease_name(key), self.gateway_id, DELIVERY_LEASE_MS)
+        lease = await self.meta.take_lease(
+            _lease_name(key), self.gateway_id, DELIVERY_LEASE_MS, self._floors.get(key, 0)
+        )
         if not lease.mine:
             if self.held.pop(key, None) is not None:
                 log.warning("cluster: lost the delivery lease of queue %r partition %d",
@@ -504,14 +508,28 @@ class ClusterLink:
                 del self.held[key]
                 self._notes.pop(key, None)
                 queue.lose_lease(partition, error)
+                await self._spent(queue, key)
                 return None
             finally:
                 self._taking.discard(key)
             self._notes.pop(key, None)
+            self._floors.pop(key, None)
             self.node.scheduler.wake(queue)
             log.info("cluster: delivering queue %r partition %d (lease token %d)",
                      queue.name, partition, token)  # fmt: skip
         return None
+
+    async def _spent(self, queue: QueueRuntime, key: tuple[int, int]) -> None:
+        """A broker refused the token Redis gave: Redis lost the writes that spent the
+        counter's values up to the broker's token (a failover) or answered from an old master.
+        The lease goes, and the next one taken gets a counter past the broker's: renewing
+        this one would be refused for as long as it lasted."""
+        try:
+            stats = await queue.store.queue_stats(queue.queue_id)
+        except StoreError:
+            return  # the broker is away: the next round finds out again
+        self._floors[key] = token_counter(stats.partitions[key[1]].fence)
+        await self.meta.drop_lease(_lease_name(key), self.gateway_id)
 
     async def _hold_unless_away(self, queue: QueueRuntime, partition: int) -> None:
         """``_try_hold``; while the partition's broker is away (the take-over's reads fail)
