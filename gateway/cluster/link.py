@@ -305,14 +305,13 @@ class ClusterLink:
                     with anyio.move_on_after(POLL_S):
                         await event.wait()
                     continue
-                offset = queue.cursors[partition]
+                offset, fence = queue.cursors[partition], queue.fences[partition]
                 try:
                     found = await self.node.store.read(
-                        queue.queue_id, partition, offset, 1, wait_ms=LONG_POLL_MS,
-                        fence=queue.fences[partition],
-                    )  # fmt: skip
+                        queue.queue_id, partition, offset, 1, wait_ms=LONG_POLL_MS, fence=fence
+                    )
                 except StaleFence as error:  # taken over: the lease loop sees it lost next
-                    queue.lose_lease(partition, error)
+                    queue.lose_lease(partition, error, fence)
                     await anyio.sleep(RETRY_S)
                     continue
                 except StoreError as error:
@@ -507,7 +506,7 @@ class ClusterLink:
             except StaleFence as error:  # a token below one the broker saw: not ours to use
                 del self.held[key]
                 self._notes.pop(key, None)
-                queue.lose_lease(partition, error)
+                queue.lose_lease(partition, error, token)
                 await self._spent(queue, key)
                 return None
             finally:

@@ -511,15 +511,13 @@ class QueueRuntime:
         appends_done = self.appends_done
         more = False
         for p in partitions:
-            start = self.cursors[p]
+            start, fence = self.cursors[p], self.fences[p]
             try:
                 # Cluster: with the lease's token, so that once another gateway has taken the
                 # partition over this one reads nothing more to deliver (StaleFence).
-                result = await self.store.read(
-                    self.queue_id, p, start, FETCH_BATCH, fence=self.fences[p]
-                )
+                result = await self.store.read(self.queue_id, p, start, FETCH_BATCH, fence=fence)
             except StaleFence as error:
-                self.lose_lease(p, error)
+                self.lose_lease(p, error, fence)
                 continue
             if self.cursors[p] != start:
                 # Moved while the read was out (a delivery-lease take-over, a reset): this
@@ -1015,13 +1013,13 @@ class QueueRuntime:
         lost meanwhile). StoreError if the broker is away."""
         progress = self.delivery_progress()
         report = progress[partition] if progress is not None else None
-        offset = self.committed_offsets()[partition]
+        offset, fence = self.committed_offsets()[partition], self.fences[partition]
         try:
             await self.store.commit_offset(
-                QUEUE_GROUP, self.queue_id, partition, offset, self.fences[partition], report
+                QUEUE_GROUP, self.queue_id, partition, offset, fence, report
             )
         except StaleFence as error:
-            self.lose_lease(partition, error)
+            self.lose_lease(partition, error, fence)
             return False
         return True
 
@@ -1087,7 +1085,7 @@ class QueueRuntime:
                     QUEUE_GROUP, self.queue_id, partition, offset, fence, report
                 )
             except StaleFence as error:
-                self.lose_lease(partition, error)
+                self.lose_lease(partition, error, fence)
             except StoreError:
                 self.commit_dirty = True  # the broker is away: the next pass commits
                 raise
@@ -1116,11 +1114,13 @@ class QueueRuntime:
         marks = (max(pair) for pair in zip(self.maybe_delivered, self.delivered_below, strict=True))
         return {p: mark for p, mark in enumerate(marks) if mark > committed[p]}
 
-    def lose_lease(self, partition: int, error: StaleFence) -> None:
-        """The broker refused our fencing token on a commit or a read: another gateway took
-        the partition over (our lease lapsed while we were paused or cut off from Redis).
-        Stop delivering it; what our consumers hold unacked is redelivered from there."""
-        if self.fences[partition] == 0:
+    def lose_lease(self, partition: int, error: StaleFence, fence: int) -> None:
+        """The broker refused fencing token ``fence`` on a commit or a read: another gateway
+        took the partition over (our lease lapsed while we were paused or cut off from
+        Redis). Stop delivering it; what our consumers hold unacked is redelivered from
+        there. A call that went out with an older token than ours (this gateway took the
+        lease again meanwhile: ours may be the one that shut it out) tells nothing."""
+        if fence == 0 or fence != self.fences[partition]:
             return
         log.warning(
             "queue %r partition %d: fencing token refused (%s); lease token %d replaced, "

@@ -10,8 +10,9 @@ publish attempt (confirmed or not) and every delivery. Pure: a list in, a verdic
   delivery can reach its client after the new holder's);
 - out of order: on a one-partition queue, one consumer got two first deliveries of one
   channel's messages in another order than they were published (RabbitMQ's per-channel
-  order; redeliveries may come at any point). A publisher that reconnects opens another
-  channel: a message it gave up on with the old one may still land after the next ones.
+  order; redeliveries may come at any point); on a keyed-order queue, the same per order
+  key. A publisher that reconnects opens another channel: a message it gave up on with the
+  old one may still land after the next ones.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Published:
     confirmed: bool
     at: float = 0.0  # time.monotonic() when the answer came (stalls, in the run's report)
     channel: str = ""  # the channel it went out on (order is per channel); "": the publisher
+    order_key: str = ""  # a keyed-order queue keeps order per channel and key
 
     @property
     def key(self) -> str:
@@ -85,7 +87,8 @@ def check(
     seen: Counter[str] = Counter()
     flagged: Counter[str] = Counter()
     ordered = set(one_partition)
-    last_seq: dict[tuple[str, str, str], tuple[int, str]] = {}  # (queue, consumer, publisher)
+    # (queue, consumer, channel, order key) -> the highest sequence number and its message
+    last_seq: dict[tuple[str, str, str, str], tuple[int, str]] = {}
     for d in delivered:
         verdict.delivered += 1
         seen[d.key] += 1
@@ -101,7 +104,7 @@ def check(
                 verdict.unflagged.append(f"{d.key} to {d.consumer}")
             continue
         if d.queue in ordered and not d.redelivered:
-            where = (d.queue, d.consumer, origin.channel or origin.publisher)
+            where = (d.queue, d.consumer, origin.channel or origin.publisher, origin.order_key)
             before = last_seq.get(where)
             if before is not None and origin.seq < before[0]:
                 verdict.out_of_order.append(f"{d.key} after {before[1]} to {d.consumer}")

@@ -5,6 +5,7 @@ joined by a bridge, built and removed by the test itself (root, ``ip netns``, ve
         net.start("redis", [...])          # a process inside the host's namespace
         net.cut("redis", "broker")         # no packet between the two, both ways
         net.partition({"redis"}, {"broker", "gw1"})
+        net.degrade("gw1", 0.2, 1000)      # 20 % of packets lost, 1 Mbit/s each way
         net.heal()
 
 Addresses are ``10.231.N.H`` (private range), ``N`` chosen per topology so that concurrent
@@ -27,6 +28,7 @@ from contextlib import contextmanager
 
 SUBNET_PREFIX = "10.231"
 TAG_PREFIX = "mqh"  # every name this module creates starts with it (sweep)
+QUEUE_MS = 400  # a degraded link queues up to this long, then drops
 
 
 def die_with_parent() -> None:
@@ -36,6 +38,12 @@ def die_with_parent() -> None:
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=10)
+
+
+def _run(argv: Sequence[str], check: bool = True) -> None:
+    done = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=10)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()}")
 
 
 class Hosts:
@@ -49,6 +57,7 @@ class Hosts:
             name: f"{SUBNET_PREFIX}.{self.subnet}.{index + 10}" for index, name in enumerate(names)
         }
         self.cuts: set[frozenset[str]] = set()
+        self.degraded: dict[str, float] = {}  # hosts with a lossy, slow link: their loss
         self.procs: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -139,9 +148,51 @@ class Hosts:
     def isolate(self, name: str) -> None:
         self.partition([name], [n for n in self.names if n != name])
 
+    def degrade(self, name: str, loss: float, rate_kbit: int) -> None:
+        """Host ``name``'s link drops ``loss`` of its packets each way, at random, and carries
+        ``rate_kbit`` each way, queueing the rest up to ``QUEUE_MS`` (delay under load). This
+        kernel has no ``tc netem``: loss is iptables' statistic match on the receiving side
+        (what arrives at the host, and what arrives from it at every other host: a drop on the
+        way out would be an error to the sender, which a real network never gives; the
+        machine's own side of the bridge is left alone), delay a tbf queue."""
+        if name in self.degraded:
+            return
+        for ns, rule in self._loss_rules(name, loss):
+            _run(["ip", "netns", "exec", ns, "iptables", "-A", *rule])
+        shape = ["root", "tbf", "rate", f"{rate_kbit}kbit", "burst", "16kb",
+                 "latency", f"{QUEUE_MS}ms"]  # fmt: skip
+        _run(["ip", "netns", "exec", self.namespace(name), "tc", "qdisc", "add", "dev", "eth0",
+              *shape])  # fmt: skip
+        _run(["tc", "qdisc", "add", "dev", self._veth(name), *shape])  # towards the host
+        self.degraded[name] = loss
+
+    def _loss_rules(self, name: str, loss: float) -> list[tuple[str, list[str]]]:
+        drop = ["-m", "statistic", "--mode", "random", "--probability", f"{loss:.3f}", "-j",
+                "DROP"]  # fmt: skip
+        rules = [(self.namespace(name), ["INPUT", "-i", "eth0", *drop])]
+        source = ["-s", f"{self.addresses[name]}/32"]
+        rules += [
+            (self.namespace(other), ["INPUT", "-i", "eth0", *source, *drop])
+            for other in self.names
+            if other != name
+        ]
+        return rules
+
+    def restore(self, name: str) -> None:
+        loss = self.degraded.pop(name, None)
+        if loss is None:
+            return
+        for ns, rule in self._loss_rules(name, loss):
+            _run(["ip", "netns", "exec", ns, "iptables", "-D", *rule], check=False)
+        ns = self.namespace(name)
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        _run(["tc", "qdisc", "del", "dev", self._veth(name), "root"], check=False)
+
     def heal(self) -> None:
         for pair in list(self.cuts):
             self.join(*sorted(pair))
+        for name in list(self.degraded):
+            self.restore(name)
 
     def teardown(self) -> None:
         for proc in self.procs:

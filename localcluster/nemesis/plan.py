@@ -11,6 +11,8 @@ Pure: no clock and no processes, so a failure found by a run is replayed from it
 - ``kill``: SIGKILL, then a restart ``lasts_s`` later (only hosts whose process restarts).
 - ``coordinator``: every Redis host killed at once, restarted ``lasts_s`` later (only with
   ``coordinator`` hosts named): clients must go on, nothing may fail over.
+- ``lossy``: one host's link loses a share of its packets (``loss``: 5 to 40 %) and carries
+  ``LOSSY_KBIT`` each way, queueing the rest (delay under load).
 
 Between two faults everything is healed for a gap, so each fault starts from a whole cluster.
 """
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
-KINDS = ("isolate", "halves", "bridge", "pause", "kill", "coordinator")
+KINDS = ("isolate", "halves", "bridge", "pause", "kill", "coordinator", "lossy")
+LOSSY_KBIT = 1000
 
 
 @dataclass(frozen=True)
@@ -33,9 +36,12 @@ class Fault:
     kind: str
     hosts: tuple[tuple[str, ...], ...]  # isolate/pause/kill: ((h,),); halves: (side, side)
     lasts_s: float
+    loss: float = 0.0  # lossy: the share of packets lost
 
     def describe(self) -> str:
-        if self.kind == "halves":
+        if self.kind == "lossy":
+            what = f"{self.hosts[0][0]} ({self.loss:.0%} lost, {LOSSY_KBIT} kbit/s)"
+        elif self.kind == "halves":
             what = " | ".join(",".join(side) for side in self.hosts)
         elif self.kind == "bridge":
             a, b, c = (side[0] for side in self.hosts)
@@ -108,5 +114,6 @@ def plan(
             chosen = (tuple(coordinator),)
         else:
             chosen = ((rng.choice(list(hosts)),),)
-        faults.append(Fault(round(now, 3), kind, chosen, round(lasts, 3)))
+        loss = round(rng.uniform(0.05, 0.4), 2) if kind == "lossy" else 0.0
+        faults.append(Fault(round(now, 3), kind, chosen, round(lasts, 3), loss))
         now += lasts + rng.uniform(*gap_s)

@@ -26,7 +26,7 @@ from localcluster.nemesis.cluster import (
 )
 from localcluster.nemesis.hosts import hosts
 from localcluster.nemesis.masters import problems, read_terms
-from localcluster.nemesis.plan import Fault, plan
+from localcluster.nemesis.plan import LOSSY_KBIT, Fault, plan
 from localcluster.nemesis.workload import QUEUES, Workload, pika_module
 
 log = logging.getLogger("mqgw.nemesis")
@@ -86,6 +86,10 @@ def apply(cluster: NemesisCluster, fault: Fault) -> Callable[[], None]:
         net.cut(a, c)
         return net.heal
     host = fault.hosts[0][0]
+    if fault.kind == "lossy":
+        host = fault.hosts[0][0]
+        net.degrade(host, fault.loss, LOSSY_KBIT)
+        return lambda: net.restore(host)
     if fault.kind == "pause":
         cluster.pause(host)
         return lambda: cluster.resume(host)

@@ -1,6 +1,7 @@
-"""The nemesis run's clients: publishers with confirms and acking consumers through both
-gateways, on a plain queue and a single-active-consumer queue, recording every publish
-attempt and every delivery for the checker.
+"""The nemesis run's clients: publishers with confirms (pika on one gateway, aio-pika on the
+other) and acking consumers through both gateways, on a plain queue, a single-active-consumer
+queue and a keyed-order queue, recording every publish attempt and every delivery for the
+checker.
 
 Each publisher is one channel with its own sequence; a message's body is ``<publisher>:<seq>``
 and it is published mandatory, so a message that reached no queue comes back as unroutable,
@@ -12,6 +13,7 @@ other one.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,9 +24,22 @@ from localcluster.nemesis.checker import Delivered, Published
 QUEUES: dict[str, dict[str, Any]] = {
     "nemesis-plain": {},
     "nemesis-sac": {"x-single-active-consumer": True},
+    # Two physical partitions (each gateway may deliver one), order per key (docs/ordering.md).
+    "nemesis-keyed": {
+        "x-mqgw-ordering": "key",
+        "x-mqgw-ordering-header": "k",
+        "x-mqgw-partitions": 2,
+        "x-mqgw-logical-partitions": 16,
+    },
 }
+KEYS = 4  # order keys per publisher (header "k"), the message's sequence number modulo this
 PUBLISH_GAP_S = 0.02  # about 50 messages a second per publisher
 RECONNECT_S = 0.5
+CONFIRM_TIMEOUT_S = 30.0  # aio-pika: a confirm not back by then counts as unconfirmed
+
+
+def order_key(seq: int) -> str:
+    return f"k{seq % KEYS}"
 
 
 def pika_module() -> Any:
@@ -95,9 +110,10 @@ class Publisher(Client):
         try:
             channel = connection.channel()
             channel.confirm_delivery()
-            properties = pika.BasicProperties(delivery_mode=2)
             while not self.stop.is_set():
                 seq, self.seq = self.seq, self.seq + 1
+                key = order_key(seq)
+                properties = pika.BasicProperties(delivery_mode=2, headers={"k": key})
                 confirmed = False
                 try:
                     channel.basic_publish("", self.queue, f"{self.name}:{seq}".encode(),
@@ -108,13 +124,82 @@ class Publisher(Client):
                 finally:
                     self.history.sent(
                         Published(
-                            self.queue, self.name, seq, confirmed, time.monotonic(), channel_name
+                            self.queue,
+                            self.name,
+                            seq,
+                            confirmed,
+                            time.monotonic(),
+                            channel_name,
+                            key,
                         )
                     )
                 self.stop.wait(PUBLISH_GAP_S)
         finally:
             if connection.is_open:
                 connection.close()
+
+
+class AioPublisher(threading.Thread):
+    """A publisher as an asyncio application writes it: aio-pika, confirms and mandatory on
+    the channel, one awaited publish at a time (the same history as ``Publisher``)."""
+
+    def __init__(self, name: str, urls: Sequence[str], queue: str, history: History) -> None:
+        super().__init__(daemon=True, name=name)
+        self.urls = list(urls)
+        self.queue = queue
+        self.history = history
+        self.stop = threading.Event()
+        self.seq = 0
+        self.incarnation = 0
+
+    def run(self) -> None:
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        import aio_pika  # noqa: PLC0415 (a test extra, needed by this tool only)
+
+        attempt = 0
+        while not self.stop.is_set():
+            url = self.urls[attempt % len(self.urls)]
+            try:
+                connection = await aio_pika.connect(url, timeout=10)
+                try:
+                    await self._session(aio_pika, connection)
+                finally:
+                    await connection.close()
+            except (aio_pika.exceptions.AMQPError, OSError, TimeoutError) as error:
+                self.history.error(f"{self.name}: {type(error).__name__}: {error}")
+                attempt += 1
+                await asyncio.sleep(RECONNECT_S)
+
+    async def _session(self, aio_pika: Any, connection: Any) -> None:
+        self.incarnation += 1
+        channel_name = f"{self.name}#{self.incarnation}"
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        refused = (aio_pika.exceptions.DeliveryError, aio_pika.exceptions.PublishError)
+        while not self.stop.is_set():
+            seq, self.seq = self.seq, self.seq + 1
+            key = order_key(seq)
+            message = aio_pika.Message(
+                f"{self.name}:{seq}".encode(),
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                headers={"k": key},
+            )
+            confirmed = False
+            try:
+                await channel.default_exchange.publish(
+                    message, self.queue, mandatory=True, timeout=CONFIRM_TIMEOUT_S
+                )
+                confirmed = True
+            except refused:
+                pass
+            finally:
+                self.history.sent(
+                    Published(
+                        self.queue, self.name, seq, confirmed, time.monotonic(), channel_name, key
+                    )
+                )
+            await asyncio.sleep(PUBLISH_GAP_S)
 
 
 class Consumer(Client):
@@ -146,7 +231,7 @@ class Workload:
     def __init__(self, urls: dict[str, str], history: History | None = None) -> None:
         self.urls = urls  # gateway -> AMQP URL
         self.history = history or History()
-        self.publishers: list[Publisher] = []
+        self.publishers: list[Publisher | AioPublisher] = []
         self.consumers: list[Consumer] = []
 
     def declare(self, retry_for_s: float = 30.0) -> None:
@@ -169,14 +254,15 @@ class Workload:
         return [self.urls[first], *(u for g, u in self.urls.items() if g != first)]
 
     def start(self) -> None:
-        for gateway in self.urls:
+        for index, gateway in enumerate(self.urls):
+            kind = Publisher if index % 2 == 0 else AioPublisher
             for queue in QUEUES:
                 short = queue.removeprefix("nemesis-")
                 self.consumers.append(
                     Consumer(f"c-{gateway}-{short}", self._order(gateway), queue, self.history)
                 )
                 self.publishers.append(
-                    Publisher(f"p-{gateway}-{short}", self._order(gateway), queue, self.history)
+                    kind(f"p-{gateway}-{short}", self._order(gateway), queue, self.history)
                 )
         for client in [*self.consumers, *self.publishers]:
             client.start()
@@ -198,7 +284,7 @@ class Workload:
         return False
 
 
-def _stop_all(clients: Sequence[Client]) -> None:
+def _stop_all(clients: Sequence[Client | AioPublisher]) -> None:
     for client in clients:
         client.stop.set()
     for client in clients:

@@ -68,6 +68,16 @@ def test_order_per_channel_on_a_one_partition_queue() -> None:
     assert check(published[:3], split, one_partition=["q"]).ok
 
 
+def test_order_per_key_on_a_keyed_queue() -> None:
+    """One channel, two order keys: each key's messages in order, the keys interleaved."""
+    published = [Published("k", "p1", n, True, 0.0, "p1#1", f"k{n % 2}") for n in range(4)]
+    keys_apart = _got("k", "c1", ["p1:1", "p1:3", "p1:0", "p1:2"])
+    assert check(published, keys_apart, one_partition=["k"]).ok
+    within_a_key = _got("k", "c1", ["p1:2", "p1:0", "p1:1", "p1:3"])
+    verdict = check(published, within_a_key, one_partition=["k"])
+    assert verdict.out_of_order == ["p1:0 after p1:2 to c1"]
+
+
 def test_the_longest_confirm_gap_around_a_fault() -> None:
     confirms = [0.0, 1.0, 1.5, 4.5, 5.0, 9.0]
     assert longest_stall(confirms, 2.0, 3.0) == 3.0  # 1.5 -> 4.5 spans the fault

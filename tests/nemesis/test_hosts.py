@@ -70,3 +70,64 @@ def test_nothing_is_left_when_the_test_fails() -> None:
         raise RuntimeError("on purpose")
     assert not [n for n in leftovers() if n.startswith(net.tag)]
     assert all(proc.poll() is not None for proc in net.procs) and not net.procs
+
+
+SINKS = (
+    "import socket, threading\n"
+    "def tcp():\n"
+    "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    f"    s.bind(('0.0.0.0', {PORT + 2})); s.listen(8)\n"
+    "    while True:\n"
+    "        c, _ = s.accept()\n"
+    "        while c.recv(65536): pass\n"
+    "        c.sendall(b'done'); c.close()\n"
+    "threading.Thread(target=tcp, daemon=True).start()\n"
+    "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    f"u.bind(('0.0.0.0', {PORT + 1})); n = 0\n"
+    "while True:\n"
+    "    data, peer = u.recvfrom(100)\n"
+    "    if data == b'count?':\n"
+    "        u.sendto(str(n).encode(), peer)\n"
+    "    else:\n"
+    "        n += 1\n"
+)
+
+
+def _on(net: Hosts, here: str, code: str) -> str:
+    done = subprocess.run(
+        net.command(here, [sys.executable, "-c", code]), capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_degraded_link_loses_and_slows() -> None:
+    with hosts(["a", "b"]) as net:
+        net.start("a", [sys.executable, "-c", SINKS])
+        to = net.addresses["a"]
+        send = (
+            "import socket, time\n"
+            "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"for _ in range(400): u.sendto(b'x', ({to!r}, {PORT + 1})); time.sleep(0.001)\n"
+        )
+        count = (
+            "import socket\n"
+            "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)\n"
+            f"u.sendto(b'count?', ({to!r}, {PORT + 1})); print(u.recv(100).decode())\n"
+        )
+        bulk = (
+            "import socket, time\n"
+            f"c = socket.create_connection(({to!r}, {PORT + 2}), timeout=20)\n"
+            "t = time.monotonic(); c.sendall(b'x' * 200_000); c.shutdown(socket.SHUT_WR)\n"
+            "assert c.recv(4) == b'done'; print(time.monotonic() - t)\n"
+        )
+        check_for(10, lambda: _on(net, "b", count) == "0")
+        net.degrade("b", 0.5, 8000)
+        _on(net, "b", send)
+        net.heal()  # restores every degraded host
+        assert 120 < int(_on(net, "b", count)) < 280  # about half of the 400 arrived
+        net.degrade("b", 0.0, 1000)  # 125 KB/s: 200 KB take over a second
+        assert float(_on(net, "b", bulk)) > 1.0
+        net.restore("b")
+        assert float(_on(net, "b", bulk)) < 0.5
+    assert not [n for n in leftovers() if n.startswith(net.tag)]

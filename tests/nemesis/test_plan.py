@@ -49,6 +49,11 @@ def test_each_fault_names_hosts_that_make_sense() -> None:
             assert fault.lasts_s >= 6
         elif fault.kind == "coordinator":
             assert fault.hosts == (tuple(REDIS),)
+        elif fault.kind == "lossy":
+            assert len(named) == 1 and 0.05 <= fault.loss <= 0.4
+            assert f"{fault.loss:.0%} lost" in fault.describe()
+        if fault.kind != "lossy":
+            assert fault.loss == 0.0
 
 
 def test_every_split_is_met_in_a_long_enough_run() -> None:
