@@ -32,6 +32,7 @@ from controller.config import ControllerConfig
 from controller.contract import InSyncTracker, Standing
 from controller.model import GroupRecord, LagReport, Role
 from storage.config import FlushPolicy
+from storage.confirm_windows import ConfirmWindows, wall_stamp
 from storage.embedded import EmbeddedStore
 from storage.errors import NotMaster, StoreError
 from storage.record import Record
@@ -95,6 +96,7 @@ class ReplicatedStore:
         self.standing = Standing()
         self.fenced_version = 0
         self._lost_logged = False
+        self.windows = ConfirmWindows(self.me)
         self.confirmed = 0
         self.in_sync = InSyncTracker(self.me)
         self.min_in_sync = settings.timing.min_in_sync
@@ -143,6 +145,7 @@ class ReplicatedStore:
         self.role, self.role_epoch = "diverged", epoch
 
     def step_down(self) -> None:
+        self.windows.closed("stepped down")
         if self.role == "master":
             log.info("broker %s stops acting as master (epoch %d)", self.me, self.role_epoch)
         self.role, self.role_epoch = "none", 0
@@ -158,6 +161,7 @@ class ReplicatedStore:
         if record.fence:
             self.fenced_version = record.fence_version
             self.standing.revoke()
+            self.windows.closed("fenced")
         else:
             self.fenced_version = 0
             self.standing.grant(sent_ms, self.settings.timing.master_timeout_ms)
@@ -182,6 +186,7 @@ class ReplicatedStore:
 
     def confirm(self) -> None:
         if not self.can_confirm():
+            self.windows.closed("standing ran out" if self.role == "master" else "not master")
             self._note_lost_standing()
             return
         offset = self.local_durable()
@@ -193,6 +198,7 @@ class ReplicatedStore:
                 offset = min(offset, self.acks.get(replica, 0))
         if offset > self.confirmed:
             self.confirmed = offset
+            self.windows.confirmed(self.role_epoch, offset)
             self._wake()
 
     def _note_lost_standing(self) -> None:
@@ -202,11 +208,7 @@ class ReplicatedStore:
         if self.role != "master" or self.fenced_version or not until or self._lost_logged:
             return
         self._lost_logged = True
-        ran_out = time.time() - (self.now_ms() - until) / 1000
-        stamp = (
-            time.strftime("%H:%M:%S", time.localtime(ran_out))
-            + f",{int(ran_out * 1000) % 1000:03d}"
-        )
+        stamp = wall_stamp(self.windows.wall_s() - (self.now_ms() - until) / 1000)
         log.warning(
             "broker %s: standing as master ran out at %s (no heartbeat answer): "
             "confirming nothing until the controller answers", self.me, stamp,

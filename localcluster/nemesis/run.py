@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from localcluster.nemesis.cluster import (
     NemesisCluster,
 )
 from localcluster.nemesis.hosts import hosts
-from localcluster.nemesis.masters import problems, read_terms
+from localcluster.nemesis.masters import overlaps, problems, read_terms, read_windows
 from localcluster.nemesis.plan import LOSSY_KBIT, Fault, plan
 from localcluster.nemesis.workload import QUEUES, Workload, pika_module
 
@@ -47,6 +48,7 @@ class Report:
     crashed: list[str] = field(default_factory=list)  # processes that exited by themselves
     masters: list[str] = field(default_factory=list)  # the group's terms, from broker logs
     master_problems: list[str] = field(default_factory=list)
+    confirm_windows: int = 0  # stretches of confirms found in the brokers' logs
 
     @property
     def ok(self) -> bool:
@@ -66,7 +68,8 @@ class Report:
         if self.verdict is not None:
             lines.append(self.verdict.describe())
         lines.append(f"client errors (reconnects): {self.client_errors}")
-        lines.append(f"master terms: {', '.join(self.masters) or 'none'}")
+        lines.append(f"master terms: {', '.join(self.masters) or 'none'}; "
+                     f"{self.confirm_windows} stretches of confirms")  # fmt: skip
         lines += [f"  CRASHED: {line}" for line in self.crashed]
         lines += [f"  MASTERS: {line}" for line in self.master_problems]
         return "\n".join(lines)
@@ -137,6 +140,7 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
     faults = plan(seed, HOSTS, minutes, restartable=RESTARTABLE, coordinator=REDIS_HOSTS,
                   **plan_options)  # fmt: skip
     report = Report(seed, minutes)
+    kills: dict[str, list[datetime]] = {}  # host -> when its processes were killed
     log.info("nemesis seed %d: %d faults over %g min in %s", seed, len(faults), minutes, root)
     with hosts(HOSTS) as net:
         cluster = NemesisCluster(net, root)
@@ -149,6 +153,8 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
             for number, fault in enumerate(faults, 1):
                 _sleep_until(began + fault.at_s)
                 heal = apply(cluster, fault)
+                if fault.kind == "kill":  # (after it: a stretch ends no later than this)
+                    kills.setdefault(fault.hosts[0][0], []).append(datetime.now())
                 line = fault.describe()
                 report.faults.append(line)
                 log.info("fault %d/%d: %s", number, len(faults), line)
@@ -181,7 +187,9 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
             cluster.stop()
     every = read_terms(root / "logs")
     report.masters = [f"{t.broker}@{t.epoch}" for t in every]
-    report.master_problems = problems(every)
+    confirming = read_windows(root / "logs", kills)
+    report.confirm_windows = len(confirming)
+    report.master_problems = problems(every) + overlaps(confirming)
     log.info("nemesis seed %d: %s", seed, "clean" if report.ok else "FAILED")
     return report
 

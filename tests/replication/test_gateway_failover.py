@@ -11,11 +11,23 @@ import time
 import pika
 import pytest
 
+from localcluster.nemesis.masters import overlaps, windows
 from tests.harness.tcp_proxy import TcpProxy
 from tests.replication.conftest import Group
 from tests.replication.load import Publisher, drain, finish, loaded_group, more
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+
+def _confirmed_in_turn(group: Group) -> None:
+    """Both brokers confirmed, never at one moment (their logs' stretches of confirms)."""
+    found = [
+        window
+        for broker_id, broker in group.brokers.items()
+        for window in windows(broker.log().splitlines(), broker_id)
+    ]
+    assert {window.host for window in found} == set(group.brokers)
+    assert overlaps(sorted(found, key=lambda window: window.start)) == []
 
 
 async def test_master_kill_loses_no_confirmed_message(group: Group) -> None:
@@ -65,6 +77,7 @@ async def test_planned_switchover_under_load_has_no_publisher_error(group: Group
     took = float(switched.stdout.rsplit(" in ", 1)[1].split()[0])
     more(publisher, 200)
     finish(publisher, url)
+    _confirmed_in_turn(group)
     print(f"switchover took {took:.2f} s; longest confirm wait {publisher.longest_stall_s:.2f} s")
     assert took < 1.0
 
@@ -116,7 +129,7 @@ async def test_master_cut_off_from_redis_stops_confirming_before_another_is_elec
         publisher.join(10)
         assert publisher.error is None, repr(publisher.error)
         old_log = group.brokers[first.master].log()
-        ran_out = re.search(r"standing as master ran out at (\S+)", old_log)
+        ran_out = re.search(r"standing as master ran out at \S+ (\d\d:\d\d:\d\d,\d+)", old_log)
         assert ran_out is not None, old_log[-3000:]
         elected = re.search(
             rf"(\d\d:\d\d:\d\d,\d+) INFO mqgw.controller: group g1: {second.master} elected",
@@ -126,6 +139,7 @@ async def test_master_cut_off_from_redis_stops_confirming_before_another_is_elec
         assert ran_out.group(1) < elected.group(1), (ran_out.group(1), elected.group(1))
         seen = drain(gateway.url, "orders", set(publisher.confirmed))
         assert set(publisher.confirmed) <= set(seen)
+        _confirmed_in_turn(group)
     finally:
         for proxy in proxies.values():
             proxy.close()
