@@ -64,6 +64,8 @@ class ReplicationMember:
         self.state = store.state
         self.record: GroupRecord | None = None
         self.beats = 0
+        self.failed_beats = 0  # in a row, and the last reason logged (_beat_failed)
+        self.failure = ""
         self.resigned_epoch = self.state.master_epoch  # rule 6: back from a restart
         self.following: tuple[str, int] | None = None
         self._follow_changed = anyio.Event()
@@ -111,9 +113,23 @@ class ReplicationMember:
             with anyio.fail_after(self.settings.timing.master_timeout_ms / 1000):
                 _, record = await self.link.heartbeat(report, lag)
         except Exception as error:  # Redis away: standing runs out by itself (rule 7)
-            log.warning("broker %s: heartbeat failed: %s", store.me, error)
+            self._beat_failed(error)
             return
+        if self.failed_beats:
+            log.info("broker %s: heartbeats answered again after %d failed",
+                     store.me, self.failed_beats)  # fmt: skip
+            self.failed_beats, self.failure = 0, ""
         self._on_answer(record, seq, sent_ms)
+
+    def _beat_failed(self, error: Exception) -> None:
+        """One line when heartbeats start failing, and when the reason changes: not one every
+        beat (five a second) for as long as Redis is away."""
+        self.failed_beats += 1
+        text = str(error) or type(error).__name__
+        if text != self.failure:
+            self.failure = text
+            log.warning("broker %s: heartbeat failed: %s (logged again when the reason "
+                        "changes or heartbeats are answered)", self.store.me, text)  # fmt: skip
 
     def _on_answer(self, record: GroupRecord, seq: int, sent_ms: int) -> None:
         store, state = self.store, self.state

@@ -37,3 +37,33 @@ async def test_a_redis_timeout_while_looking_up_the_master_is_retried(tmp_path: 
         with anyio.move_on_after(1.0):
             await member._slave_forever()  # runs for ever: only the timeout ends it
         assert lookups >= 3  # tried again and again, 0.2 s apart, and still running
+
+
+async def test_failed_heartbeats_log_once_per_reason_and_once_when_answered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis away: a line when heartbeats start failing and one when the reason changes,
+    not one every beat (five a second) for the whole outage; one when they are answered."""
+    async with replicated_store(tmp_path, "1") as store:
+        answers: list[Exception | None] = (
+            [RedisTimeout("Timeout")] * 5
+            + [ConnectionError("No master found for 'mymaster'")] * 5
+            + [None]
+        )
+
+        class Link:
+            async def heartbeat(self, *_args: object) -> tuple[None, None]:
+                answer = answers.pop(0)
+                if answer is not None:
+                    raise answer
+                return None, None
+
+        member = ReplicationMember(store, Link(), "", lambda _a: None)  # type: ignore[arg-type]
+        member._on_answer = lambda *_args: None  # type: ignore[method-assign]
+        caplog.set_level("INFO", "mqgw.storage.replication")
+        for _ in range(11):
+            await member._beat()
+        lines = [r.getMessage() for r in caplog.records if "heartbeat" in r.getMessage()]
+        assert len(lines) == 3, lines
+        assert "Timeout" in lines[0] and "No master found" in lines[1]
+        assert lines[2] == "broker 1: heartbeats answered again after 10 failed"
