@@ -23,7 +23,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from storage import QUEUE_GROUP, FlushPolicy, LogStore, Record, StoreConfig
-from storage.collector import collect_now
+from storage.log.collector import collect_now
 
 console = Console(stderr=True)
 BUSY, STUCK = 1, 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.model import GroupRecord
+from meta.groups.records import GroupRecord
 
 
 @dataclass(frozen=True, slots=True)

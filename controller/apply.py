@@ -24,11 +24,11 @@ from controller.actions import (
     Write,
     WriteResult,
 )
-from controller.config import ControllerConfig
 from controller.events import LeaseAcquired, LeaseLost
-from controller.keys import ControllerKeys
-from controller.model import parse_heartbeat, parse_record
 from controller.snapshot import Snapshot
+from meta.groups.keys import ControllerKeys
+from meta.groups.records import parse_heartbeat, parse_record
+from meta.groups.timing import ControllerConfig
 
 STREAM_MAX_LEN = 10_000
 

@@ -38,7 +38,6 @@ from controller.actions import (
     StopConfirming,
     Stuck,
 )
-from controller.config import ControllerConfig
 from controller.events import (
     Event,
     GroupRead,
@@ -51,7 +50,8 @@ from controller.events import (
     SwitchoverRequested,
     Tick,
 )
-from controller.model import GroupRecord, LagReport, ReplicaReport
+from meta.groups.records import GroupRecord, LagReport, ReplicaReport
+from meta.groups.timing import ControllerConfig
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.model import GroupRecord, LagReport, ReplicaReport
+from meta.groups.records import GroupRecord, LagReport, ReplicaReport
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,25 +23,7 @@ from controller.actions import (
     NOT_SILENT,
     STALE,
 )
-
-_COMMON = """
-local function num(key, field) return tonumber(redis.call('HGET', key, field) or '0') end
-local function str(key, field) return redis.call('HGET', key, field) or '' end
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function contains(list, item)
-  for _, x in ipairs(list) do if x == item then return true end end
-  return false
-end
-local function hash(key)
-  local flat = redis.call('HGETALL', key)
-  local found = {}
-  for i = 1, #flat, 2 do found[flat[i]] = flat[i + 1] end
-  return found
-end
-"""
+from meta.groups.scripts import COMMON as _COMMON
 
 # KEYS: lease, record, changes stream, groups set. ARGV: holder ("<name> <token>"), token,
 # expected version, stream max length, group, then the script's own arguments from ARGV[6].
@@ -102,7 +84,7 @@ return answer()
 
 # ARGV[6..]: epoch, in_sync JSON, added JSON, reason, replica key prefix. Added replicas must
 # still be asked for by the master's stored heartbeat: it counts them for confirms from
-# before it asks until a heartbeat without them is stored (controller/contract.py).
+# before it asks until a heartbeat without them is stored (meta/groups/contract.py).
 SET_IN_SYNC = (
     _WRITE_PRELUDE
     + f"""
@@ -204,22 +186,6 @@ local held = redis.call('GET', KEYS[1])
 if held and string.match(held, '^(.*) %d+$') == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 """
-
-# KEYS: replica, record, members, groups. ARGV: group, broker id, seq, then field/value pairs.
-# A heartbeat older than the stored one (overtaken on the way, or duplicated) is not stored:
-# the master's withdrawals from the in-sync set rely on it. The answer is always the record.
-HEARTBEAT = (
-    _COMMON
-    + """
-local now = now_ms()
-if tonumber(ARGV[3]) > tonumber(redis.call('HGET', KEYS[1], 'seq') or '-1') then
-  redis.call('HSET', KEYS[1], 'seq', ARGV[3], 'at_ms', now, unpack(ARGV, 4))
-end
-redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('SADD', KEYS[4], ARGV[1])
-return {now, redis.call('HGETALL', KEYS[2])}
-"""
-)
 
 # KEYS: lease, groups, registry. ARGV: key prefix, registry lease prefix. One atomic read of
 # everything the controller decides on, as JSON (cjson).

@@ -33,11 +33,11 @@ from controller.actions import (
     WriteResult,
 )
 from controller.apply import RedisApply
-from controller.config import ControllerConfig
 from controller.decide import ControllerState, step
 from controller.events import GroupRead
-from controller.keys import ControllerKeys
 from controller.snapshot import Observer
+from meta.groups.keys import ControllerKeys
+from meta.groups.timing import ControllerConfig
 from meta.redis_url import async_client
 
 log = logging.getLogger("mqgw.controller")

@@ -19,7 +19,7 @@ from controller.events import (
     SwitchoverRequested,
     Tick,
 )
-from controller.model import GroupRecord, LagReport, ReplicaReport
+from meta.groups.records import GroupRecord, LagReport, ReplicaReport
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from typing import Any
 import redis
 from redis import exceptions as redis_errors
 
-from controller.keys import ControllerKeys
-from controller.model import GroupRecord, ReplicaReport, parse_heartbeat, parse_record
 from localcluster.layout import BrokerMember, Cluster
+from meta.groups.keys import ControllerKeys
+from meta.groups.records import GroupRecord, ReplicaReport, parse_heartbeat, parse_record
 from meta.redis_url import sync_client
 
 FRESH_HEARTBEAT_MS = 2_000  # a heartbeat older than this (by Redis's clock) is a silent broker

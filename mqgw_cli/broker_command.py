@@ -147,9 +147,9 @@ async def _replicated(
 ) -> None:
     import anyio
 
-    from controller.config import ControllerConfig
-    from storage.replicated_broker import serve_replicated_broker
-    from storage.replicated_store import ReplicationMode, ReplicationSettings
+    from meta.groups.timing import ControllerConfig
+    from storage.broker.replicated import serve_replicated_broker
+    from storage.replication.replicated_store import ReplicationMode, ReplicationSettings
 
     settings = ReplicationSettings(
         group=args.group,

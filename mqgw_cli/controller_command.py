@@ -35,8 +35,8 @@ def _controller(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
-    from controller.config import ConfigError, ControllerConfig
     from controller.service import serve
+    from meta.groups.timing import ConfigError, ControllerConfig
 
     defaults = {f.name: f.default for f in fields(ControllerConfig)}
     chosen = {k: getattr(args, k) for k in _TIMING_FLAGS if getattr(args, k) is not None}

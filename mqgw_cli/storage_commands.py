@@ -21,9 +21,9 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-from storage.check import CheckReport, ScanProgress, StoreToolError, check_dir, find_store_dir
 from storage.errors import StoreError
-from storage.repair import repair_dir
+from storage.log.check import CheckReport, ScanProgress, StoreToolError, check_dir, find_store_dir
+from storage.log.repair import repair_dir
 
 Reporter = Callable[[ScanProgress], None]
 

@@ -115,7 +115,7 @@ async def _switchover(args: argparse.Namespace, url: str, target: str) -> int:
 async def _switch(client: Any, group: str, target: str, timeout_s: float) -> int:
     import anyio
 
-    from controller.redis_link import GroupLink
+    from meta.groups.link import GroupLink
 
     link = GroupLink(client)
     before = await link.record(group)

@@ -29,10 +29,10 @@ from typing import Any
 from gateway.features.log_timer import TIMER_QUEUE_ID
 from localcluster.layout import load
 from meta.redis_store import RedisMetadataStore
-from storage.check import find_store_dir, record_limit
-from storage.commit_log import CommitLog
-from storage.file_system import FileSystem
-from storage.log_store import read_layout
+from storage.log.check import find_store_dir, record_limit
+from storage.log.commit_log import CommitLog
+from storage.log.file_system import FileSystem
+from storage.log.log_store import read_layout
 from storage.record import COPY_MAGIC, DEST_SIZE, HEADER, HEADER_SIZE, decode_destinations
 
 

@@ -11,9 +11,9 @@ Public surface (everything else is internal):
 - ``check_store`` / ``repair_store`` for `mqgw storage check|repair`
 """
 
-from storage.broker import serve_broker
+from storage.broker.server import serve_broker
+from storage.clients.remote import BrokerUnavailable, RemoteStore, connect_remote_store
 from storage.config import FlushPolicy, StoreConfig
-from storage.embedded import EmbeddedStore, open_embedded_store
 from storage.errors import (
     CorruptionError,
     DiskFull,
@@ -25,10 +25,10 @@ from storage.errors import (
     StoreWriteError,
     UnknownQueue,
 )
-from storage.log_store import LogStore
+from storage.log.embedded import EmbeddedStore, open_embedded_store
+from storage.log.log_store import LogStore
 from storage.port import StorePort
 from storage.record import Record, StoredMessage
-from storage.remote_store import BrokerUnavailable, RemoteStore, connect_remote_store
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,

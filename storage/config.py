@@ -46,7 +46,7 @@ class StoreConfig:
     min_retention_ms: int = 0
     disk_budget_bytes: int | None = None  # the gateway blocks publishers above it
     retention_check_interval_ms: int = 10_000
-    # Copy-forward collection (storage/collector.py): relocate the head segment's live
+    # Copy-forward collection (storage/log/collector.py): relocate the head segment's live
     # records when they are at most this share of a segment (0 turns it off), copying at
     # most this many bytes per second.
     gc_max_live_ratio: float = 0.5

@@ -138,10 +138,10 @@ class StorePort(Protocol):
 
 
 if TYPE_CHECKING:  # both implementations must fit the port: mypy checks it here
-    from storage.embedded import EmbeddedStore
-    from storage.remote_store import RemoteStore
+    from storage.clients.remote import RemoteStore
+    from storage.clients.routed import RoutedStore
+    from storage.log.embedded import EmbeddedStore
     from storage.rocketmq.store import RocketMQStore
-    from storage.routed_store import RoutedStore
 
     _embedded: type[StorePort] = EmbeddedStore
     _remote: type[StorePort] = RemoteStore

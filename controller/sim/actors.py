@@ -13,10 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from controller.actions import Demote, Elect, HoldLease, Stuck
-from controller.config import ControllerConfig
 from controller.decide import ControllerState, step
 from controller.events import GroupRead, LeaseAcquired, LeaseLost
-from controller.model import GroupRecord
 from controller.sim.messages import (
     HoldCall,
     PublishCall,
@@ -31,6 +29,8 @@ from controller.sim.messages import (
 )
 from controller.sim.world import Node, World
 from controller.snapshot import Observer
+from meta.groups.records import GroupRecord
+from meta.groups.timing import ControllerConfig
 
 if TYPE_CHECKING:
     from controller.sim.checks import Oracle

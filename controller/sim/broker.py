@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from controller.contract import InSyncTracker, Standing, common_point, stale
-from controller.model import SEQ_BOOT_SHIFT, GroupRecord, LagReport, ReplicaReport, Role
 from controller.sim.messages import (
     Entry,
     HeartbeatCall,
@@ -32,6 +30,8 @@ from controller.sim.messages import (
     SyncReply,
 )
 from controller.sim.world import Node, World
+from meta.groups.contract import InSyncTracker, Standing, common_point, stale
+from meta.groups.records import SEQ_BOOT_SHIFT, GroupRecord, LagReport, ReplicaReport, Role
 
 if TYPE_CHECKING:
     from controller.sim.checks import Oracle

@@ -22,8 +22,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from controller.model import GroupRecord
 from controller.sim.messages import Entry
+from meta.groups.records import GroupRecord
 
 if TYPE_CHECKING:
     from controller.sim.broker import SimBroker

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.actions import Write, WriteResult
-from controller.model import GroupRecord, LagReport, ReplicaReport
 from controller.snapshot import Snapshot
+from meta.groups.records import GroupRecord, LagReport, ReplicaReport
 
 Entry = tuple[int, int]  # (epoch, message id): one commitlog record
 

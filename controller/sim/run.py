@@ -13,7 +13,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from controller.config import ControllerConfig
 from controller.sim import DEFAULT_STEPS
 from controller.sim.actors import Consumer, Publisher, SimController
 from controller.sim.broker import BrokerTiming, SimBroker
@@ -21,6 +20,7 @@ from controller.sim.checks import Oracle, SimFailure
 from controller.sim.faults import DRILL_AFTER_MS, Cast, Nemesis
 from controller.sim.store import SimStore
 from controller.sim.world import World
+from meta.groups.timing import ControllerConfig
 
 GROUP = "g1"
 # The real defaults, but a controller looks every 200 ms: half the events, same safety.

@@ -30,7 +30,6 @@ from controller.actions import (
     WriteResult,
 )
 from controller.events import GroupRead, LeaseAcquired, LeaseLost
-from controller.model import GroupRecord, LagReport, ReplicaReport
 from controller.sim.messages import (
     HeartbeatCall,
     HeartbeatReply,
@@ -43,6 +42,7 @@ from controller.sim.messages import (
 )
 from controller.sim.world import Node, World
 from controller.snapshot import Snapshot
+from meta.groups.records import GroupRecord, LagReport, ReplicaReport
 
 
 @dataclass(slots=True)

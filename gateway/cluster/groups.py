@@ -35,9 +35,9 @@ from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
 from meta.redis_url import async_client
 from storage import connect_remote_store
-from storage.group_store import connect_group_store, replicated_groups
+from storage.clients.group import connect_group_store, replicated_groups
+from storage.clients.routed import RoutedStore
 from storage.port import StorePort
-from storage.routed_store import RoutedStore
 
 log = logging.getLogger("mqgw.cluster")
 

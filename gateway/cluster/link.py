@@ -5,7 +5,7 @@ the tasks that keep several gateways in step.
   groups through it (brokers register themselves, see `mqgw broker --meta`; a replicated
   group's also heartbeat for the controller), then connects a store per group: a RemoteStore
   to an unreplicated group's broker, a GroupStore following a replicated group's master;
-  both reconnect by themselves. A RoutedStore (storage/routed_store.py) routes each queue
+  both reconnect by themselves. A RoutedStore (storage/clients/routed.py) routes each queue
   partition to its group, as the route table in Redis says (gateway/cluster/placement.py: each new
   queue is placed on the live groups with the fewest partitions before it is created), with
   one group as with several: groups registered while the gateway runs are found and join it
@@ -64,9 +64,9 @@ from meta.redis_store import RedisMetadataStore
 from meta.reply_relay import ReplyInboxes
 from meta.throttle_shares import ThrottleDemand
 from storage import BrokerUnavailable, ReadStatus, StoreError
+from storage.clients.routed import RoutedStore
 from storage.errors import StaleFence
 from storage.port import StorePort
-from storage.routed_store import RoutedStore
 
 if TYPE_CHECKING:
     from gateway.config.settings import GatewaySettings

@@ -4,7 +4,7 @@ several groups (docs/cluster.md, "Placement").
 The route table lives in the metadata store (meta.cluster.ClusterRegistry.place_queue): a
 queue's partitions are placed once, on the live groups holding the fewest partitions, and
 stay there until the queue is deleted. This is the gateway's cache of it, keyed by queue id,
-which is what storage.routed_store.RoutedStore asks (``placement(queue_id)``) on every call.
+which is what storage.clients.routed.RoutedStore asks (``placement(queue_id)``) on every call.
 
 A queue is placed before its store queue is created (``place``, from the vhost when it
 attaches a queue: declared here, declared elsewhere and heard of on the change feed, or

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage.file_system import FileSystem
+from storage.log.file_system import FileSystem
 
 if TYPE_CHECKING:
     from gateway.queues.runtime import QueueRuntime

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
-from storage.remote_store import BrokerUnavailable
+from storage.clients.remote import BrokerUnavailable
 from storage.rocketmq.client import RocketMQClient
 from storage.rocketmq.connection import open_pool
 from storage.rocketmq.naming import Names

@@ -13,8 +13,8 @@ import json
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from storage.clients.remote import BrokerUnavailable
 from storage.errors import StoreError
-from storage.remote_store import BrokerUnavailable
 from storage.rocketmq.connection import Pool
 from storage.rocketmq.remoting import Command, loads, request
 

@@ -8,9 +8,9 @@ from typing import TypeVar
 
 import anyio
 
+from storage.clients.remote import BrokerUnavailable
 from storage.errors import StoreError
 from storage.record import Record
-from storage.remote_store import BrokerUnavailable
 from storage.rocketmq.client import (
     FLUSH_DISK_TIMEOUT,
     FLUSH_SLAVE_TIMEOUT,

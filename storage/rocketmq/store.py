@@ -34,9 +34,9 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
+from storage.clients.remote import BrokerUnavailable
 from storage.errors import RecordTooLarge, StaleFence, StoreError, UnknownQueue
 from storage.record import Record
-from storage.remote_store import BrokerUnavailable
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,

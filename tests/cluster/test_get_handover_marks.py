@@ -21,7 +21,7 @@ from meta.cluster import HandedNote, token_counter
 from meta.models import QueueDef
 from meta.redis_store import RedisMetadataStore
 from storage import QUEUE_GROUP, FlushPolicy, Record, StoreConfig, open_embedded_store
-from storage.embedded import EmbeddedStore
+from storage.log.embedded import EmbeddedStore
 from tests.harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio

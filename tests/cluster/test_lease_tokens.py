@@ -19,8 +19,8 @@ from meta.models import QueueDef
 from meta.redis_keys import RedisKeys
 from meta.redis_store import RedisMetadataStore
 from storage import FlushPolicy, Record, StoreConfig, open_embedded_store
-from storage.embedded import EmbeddedStore
 from storage.errors import StaleFence
+from storage.log.embedded import EmbeddedStore
 from tests.harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio

@@ -11,8 +11,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.model import SEQ_BOOT_SHIFT, GroupRecord, LagReport, ReplicaReport
-from controller.redis_link import GroupLink
+from meta.groups.link import GroupLink
+from meta.groups.records import SEQ_BOOT_SHIFT, GroupRecord, LagReport, ReplicaReport
 from tests.harness.processes import REPO, die_with_parent
 from tests.harness.waiting import eventually
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.contract import InSyncTracker, Standing, common_point, stale
-from controller.model import GroupRecord
+from meta.groups.contract import InSyncTracker, Standing, common_point, stale
+from meta.groups.records import GroupRecord
 
 S = frozenset
 

@@ -18,8 +18,8 @@ import pytest
 from redis.asyncio import Redis
 
 from bench.servers import BrokerServer, free_port
-from controller.config import ControllerConfig
-from controller.redis_link import GroupLink
+from meta.groups.link import GroupLink
+from meta.groups.timing import ControllerConfig
 from tests.controller.fakes import ControllerProcess, FakeBroker, wait_for
 from tests.harness.redis_server import RedisServer
 

@@ -18,7 +18,6 @@ from controller.actions import (
     StopConfirming,
     Stuck,
 )
-from controller.config import ControllerConfig
 from controller.decide import VERSION_JUMP, ControllerState, step
 from controller.events import (
     GroupRead,
@@ -31,7 +30,8 @@ from controller.events import (
     SwitchoverRequested,
     Tick,
 )
-from controller.model import GroupRecord, LagReport, ReplicaReport
+from meta.groups.records import GroupRecord, LagReport, ReplicaReport
+from meta.groups.timing import ControllerConfig
 
 CONFIG = ControllerConfig()  # silence 2000 ms, broker timeout 1500 ms, lease 2000 ms
 NOW = 100_000

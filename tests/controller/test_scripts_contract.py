@@ -13,13 +13,13 @@ from redis.asyncio import Redis
 
 from controller import actions as a
 from controller.apply import RedisApply
-from controller.config import ControllerConfig
 from controller.events import LeaseAcquired, LeaseLost
-from controller.keys import ControllerKeys
-from controller.model import GroupRecord, LagReport, ReplicaReport
-from controller.redis_link import GroupLink
 from controller.sim.store import StoreModel
 from controller.snapshot import Snapshot
+from meta.groups.keys import ControllerKeys
+from meta.groups.link import GroupLink
+from meta.groups.records import GroupRecord, LagReport, ReplicaReport
+from meta.groups.timing import ControllerConfig
 from tests.harness.redis_server import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]

@@ -5,7 +5,8 @@ The layers, lowest first (docs/architecture.md): the sans-IO protocol, routing a
 (configuration, resources) < queues < features, observe and the ports < controls and the
 cluster link < vhost < sessions < node < admin < server. A lower layer that needs something
 of a higher one asks through a Protocol (gateway/ports.py, gateway/sessions/host.py,
-gateway/queues/consumer.py). The storage and metadata packages never import the gateway.
+gateway/queues/consumer.py). The storage and metadata packages never import the gateway, nor
+the controller.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ LAYERS: dict[str, int] = {
 PENDING: dict[str, str] = {}
 # package -> what it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "storage": ("gateway", "mqgw_cli"),
+    # The group records and their contract are meta.groups: brokers follow the controller's
+    # records without importing the controller.
+    "storage": ("gateway", "controller", "mqgw_cli"),
     "meta": ("gateway", "storage", "controller", "mqgw_cli"),
 }
 

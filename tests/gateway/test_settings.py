@@ -13,8 +13,8 @@ from gateway.config.settings import GatewaySettings
 from gateway.config.sources import ConfigError, resolve, setting_fields, value_kind
 from mqgw_cli.config_commands import effective, flags_given
 from mqgw_cli.main import build_parser
-from storage.commit_log import CommitLog
-from storage.file_system import FileSystem
+from storage.log.commit_log import CommitLog
+from storage.log.file_system import FileSystem
 
 
 def _flags(*argv: str) -> dict[str, Any]:

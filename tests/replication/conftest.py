@@ -13,8 +13,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench.servers import BrokerServer, GatewayServer, free_port
-from controller.model import GroupRecord
-from controller.redis_link import GroupLink
+from meta.groups.link import GroupLink
+from meta.groups.records import GroupRecord
 from tests.controller.fakes import ControllerProcess
 from tests.harness.redis_server import RedisServer
 

@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from storage import FlushPolicy, StoreConfig, open_embedded_store
-from storage.replicated_store import ReplicatedStore, ReplicationSettings
-from storage.replication_state import ReplicationState
+from storage.replication.replicated_store import ReplicatedStore, ReplicationSettings
+from storage.replication.state import ReplicationState
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from controller.model import GroupRecord
+from meta.groups.records import GroupRecord
 from storage import Record
 from storage.errors import NotMaster
 from tests.replication.replicated import replicated_store

@@ -1,6 +1,7 @@
-"""The log lines that bound a master's stretches of confirms (storage/confirm_windows.py),
-read back by the nemesis checker (localcluster/nemesis/masters.py): one at the first confirm,
-one with the last confirm's time when the stretch ends; a new term closes the old stretch."""
+"""The log lines that bound a master's stretches of confirms
+(storage/replication/confirm_windows.py), read back by the nemesis checker
+(localcluster/nemesis/masters.py): one at the first confirm, one with the last confirm's time
+when the stretch ends; a new term closes the old stretch."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import pytest
 
 from localcluster.nemesis.masters import windows
-from storage.confirm_windows import ConfirmWindows
+from storage.replication.confirm_windows import ConfirmWindows
 
 
 def test_a_stretch_opens_at_its_first_confirm_and_closes_with_its_last(

@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from storage import Record
-from storage.replication_member import ReplicationMember
-from storage.wire_replication import Replicated
+from storage.replication.member import ReplicationMember
+from storage.wire.replication import Replicated
 from tests.replication.replicated import replicated_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]

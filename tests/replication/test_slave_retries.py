@@ -12,7 +12,7 @@ import anyio
 import pytest
 from redis.exceptions import TimeoutError as RedisTimeout
 
-from storage.replication_member import ReplicationMember
+from storage.replication.member import ReplicationMember
 from tests.replication.replicated import replicated_store
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]

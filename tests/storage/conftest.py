@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from storage import StoreConfig
-from storage.file_system import FileSystem
+from storage.log.file_system import FileSystem
 
 
 class FaultyFileSystem(FileSystem):

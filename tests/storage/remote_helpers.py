@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import anyio
 
 from storage import StoreConfig, StorePort, serve_broker
-from storage.broker import Ready, serve_store
+from storage.broker.server import Ready, serve_store
 
 
 @asynccontextmanager

@@ -1,4 +1,4 @@
-"""x-max-length-bytes with reject-publish, counted by the broker (storage/broker_limits.py):
+"""x-max-length-bytes with reject-publish, counted by the broker (storage/broker/limits.py):
 a destination is refused when its body would take the queue's bytes after the committed
 offset past the limit, and the running sums that count those bytes follow every append
 without reading it back, and rebuild themselves when they fall out of step."""
@@ -20,7 +20,7 @@ from storage import (
     StoreConfig,
     open_embedded_store,
 )
-from storage.broker_limits import TRIM_ENTRIES, ReadyBytes, refuse_over_limits
+from storage.broker.limits import TRIM_ENTRIES, ReadyBytes, refuse_over_limits
 
 pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"]),
@@ -41,7 +41,7 @@ async def opened(tmp_path: Path, *queues: tuple[int, int]) -> AsyncIterator[Embe
 
 
 class Broker:
-    """What storage/broker.py does with an APPEND: refuse, append what is kept, and let the
+    """What storage/broker/server.py does with an APPEND: refuse, append what is kept, and let the
     sums take the kept records."""
 
     def __init__(self, store: EmbeddedStore) -> None:
@@ -186,8 +186,8 @@ async def test_a_random_history_counts_like_reading_back(
     """Appends (checked, unchecked, or unseen by the sums), commits forward and back,
     purges, deletes (the broker forgetting the queue or not): after each step the broker's
     count equals the bytes read back. Small trim and idle thresholds, so both happen."""
-    monkeypatch.setattr("storage.broker_limits.TRIM_ENTRIES", 8)
-    monkeypatch.setattr("storage.broker_limits.IDLE_APPENDS", 6)
+    monkeypatch.setattr("storage.broker.limits.TRIM_ENTRIES", 8)
+    monkeypatch.setattr("storage.broker.limits.IDLE_APPENDS", 6)
     async with opened(tmp_path, (1, 3)) as store:
         broker = Broker(store)
         rng = random.Random(11)

@@ -15,7 +15,7 @@ import pytest
 from bench.servers import BrokerServer as BrokerProcess
 from localcluster.ports import free_port
 from storage import QUEUE_GROUP, BrokerUnavailable, Record, RemoteStore, connect_remote_store
-from storage.routed_store import RoutedStore
+from storage.clients.routed import RoutedStore
 
 pytestmark = [
     pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"]),

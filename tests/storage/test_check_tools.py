@@ -13,8 +13,8 @@ import pytest
 
 from mqgw_cli.storage_commands import add_storage_commands
 from storage import LogStore, ReadStatus, StoreConfig, StoreLocked
-from storage.check import StoreToolError, check_dir, check_store, config_for, record_limit
-from storage.repair import repair_dir
+from storage.log.check import StoreToolError, check_dir, check_store, config_for, record_limit
+from storage.log.repair import repair_dir
 from tests.harness.processes import REPO
 from tests.storage.helpers import rec
 

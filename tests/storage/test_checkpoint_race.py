@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from storage import LogStore, StoreConfig, open_embedded_store
-from storage.file_system import FileSystem
-from storage.state_files import QueueInfo, QueueRegistry
+from storage.log.file_system import FileSystem
+from storage.log.state_files import QueueInfo, QueueRegistry
 from tests.storage.helpers import rec
 
 BASE_QUEUES = 1500  # enough that writing the registry takes several GIL switch intervals

@@ -21,11 +21,11 @@ from storage import (
     StoreConfig,
     connect_remote_store,
 )
-from storage.closed_partitions import merge_refusals, refuse_closed
+from storage.clients.routed import RoutedStore
+from storage.log.closed_partitions import merge_refusals, refuse_closed
+from storage.log.state_files import QueueInfo
 from storage.record import CLOSES, PERSISTENT
-from storage.replica_log import read_chunk, write_chunk
-from storage.routed_store import RoutedStore
-from storage.state_files import QueueInfo
+from storage.replication.replica_log import read_chunk, write_chunk
 from tests.storage.test_broker_byte_limits_remote import brokers
 
 

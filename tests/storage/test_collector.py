@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage import QUEUE_GROUP, LogStore
-from storage.check import check_store
-from storage.collector import (
+from storage.log.check import check_store
+from storage.log.collector import (
     JOURNAL_NAME,
     apply_repoints,
     collect_now,

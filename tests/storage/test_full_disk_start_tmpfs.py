@@ -27,7 +27,7 @@ from meta.local_store import FILE_NAME, LocalMetadataStore
 from meta.models import QueueDef, User
 from meta.password import hash_password
 from storage import QUEUE_GROUP, DiskFull, FlushPolicy, LogStore, StoreConfig, open_embedded_store
-from storage.file_system import FileSystem
+from storage.log.file_system import FileSystem
 from tests.storage.helpers import rec
 
 FORCE_FAULT_LAYER = os.environ.get("MQGW_TEST_FAKE_DISK") == "1"

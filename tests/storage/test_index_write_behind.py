@@ -1,4 +1,4 @@
-"""Index write-behind (storage/consume_queue.py): entries an append holds in memory are read
+"""Index write-behind (storage/log/consume_queue.py): entries an append holds in memory are read
 as if written, written by the checkpoint (which never covers what it could not write),
 rolled back with a failed append, and rebuilt by recovery after a crash."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from storage import LogStore, StoreConfig, StoreWriteError
-from storage import consume_queue as consume_queue_module
-from storage.file_system import FileSystem
+from storage.log import consume_queue as consume_queue_module
+from storage.log.file_system import FileSystem
 from storage.record import CQ_ENTRY_SIZE, PERSISTENT, Record
 from tests.storage.helpers import bodies
 from tests.storage.helpers import rec as persistent_rec

@@ -22,7 +22,7 @@ from storage import (
     connect_remote_store,
     open_embedded_store,
 )
-from storage.wire_frames import ProtocolError
+from storage.wire.frames import ProtocolError
 from tests.storage.helpers import bodies
 from tests.storage.remote_helpers import served
 

@@ -19,7 +19,7 @@ from storage import (
     UnknownQueue,
     open_embedded_store,
 )
-from storage.routed_store import MAX_UNWAITED, RoutedStore
+from storage.clients.routed import MAX_UNWAITED, RoutedStore
 from tests.storage.conftest import FaultyFileSystem
 from tests.storage.helpers import bodies
 

@@ -1,5 +1,5 @@
 """A large record routed to several queues is read once while any of them holds it
-(storage/shared_reads.py): fan-out of a 100 MiB message must not cost 100 MiB per queue."""
+(storage/log/shared_reads.py): fan-out of a 100 MiB message must not cost 100 MiB per queue."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 from dataclasses import replace
 
 from storage import LogStore, StoreConfig
-from storage.shared_reads import SHARE_FROM_BYTES
+from storage.log.shared_reads import SHARE_FROM_BYTES
 from tests.storage.helpers import rec
 
 LARGE = SHARE_FROM_BYTES + 1

@@ -40,9 +40,9 @@ from storage import (
     connect_remote_store,
     open_embedded_store,
 )
-from storage.file_system import FileSystem
+from storage.clients.routed import RoutedStore
+from storage.log.file_system import FileSystem
 from storage.rocketmq import connect_rocketmq_store
-from storage.routed_store import RoutedStore
 from tests.storage.conftest import FaultyFileSystem
 from tests.storage.helpers import bodies
 from tests.storage.remote_helpers import served, served_broker

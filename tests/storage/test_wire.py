@@ -31,9 +31,11 @@ from storage import (
     StoreLocked,
     StoreWriteError,
     UnknownQueue,
-    wire,
 )
-from storage.wire import (
+from storage.wire import protocol as wire
+from storage.wire.errors import encode_error
+from storage.wire.frames import FRAME_HEAD_SIZE, Frame, FrameDecoder, ProtocolError
+from storage.wire.protocol import (
     Append,
     CommitOffsets,
     CommittedOffset,
@@ -51,8 +53,6 @@ from storage.wire import (
     UncleanMarks,
     WaitDurable,
 )
-from storage.wire_errors import encode_error
-from storage.wire_frames import FRAME_HEAD_SIZE, Frame, FrameDecoder, ProtocolError
 
 u16 = st.integers(0, 0xFFFF)
 u32 = st.integers(0, 0xFFFF_FFFF)

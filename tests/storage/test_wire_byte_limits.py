@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage import Record, wire
-from storage.wire import Append
-from storage.wire_frames import FRAME_HEAD_SIZE, FrameDecoder, ProtocolError
+from storage import Record
+from storage.wire import protocol as wire
+from storage.wire.frames import FRAME_HEAD_SIZE, FrameDecoder, ProtocolError
+from storage.wire.protocol import Append
 
 u32 = st.integers(0, 2**32 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)

@@ -30,7 +30,7 @@ from storage import (
     StoreConfig,
     open_embedded_store,
 )
-from storage.closed_partitions import refuse_closed
+from storage.log.closed_partitions import refuse_closed
 from tests.harness.clock import FakeClock
 
 KEYED = {"x-mqgw-ordering": "key", "x-mqgw-logical-partitions": 64}

@@ -1,0 +1,1 @@
+"""The log store: one commitlog, per-partition consume queues, offsets, recovery, upkeep."""

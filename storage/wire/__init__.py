@@ -1,0 +1,1 @@
+"""The broker protocol, sans-IO: frames, requests and answers, errors, replication calls."""
