@@ -2,6 +2,7 @@
 checker (localcluster/nemesis/).
 
     mqgw sim nemesis --seed S --minutes M [--dir D]
+    mqgw sim nemesis-summary REPORT [REPORT...]
 
 Builds ten hosts on a private bridge (Redis, its replica and three sentinels, two controllers,
 a broker group of three, two gateways), runs publishers and consumers through both gateways,
@@ -42,6 +43,24 @@ def _nemesis(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _summary(args: argparse.Namespace) -> int:
+    from localcluster.nemesis.summary import parse, table
+
+    runs = []
+    for name in args.reports:
+        try:
+            run = parse(Path(name).read_text(errors="replace"))
+        except OSError as error:
+            print(f"{PROG}-summary: cannot read {name}: {error.strerror}", file=sys.stderr)
+            return 2
+        if run is None:
+            print(f"{PROG}-summary: {name}: no finished run's report in it", file=sys.stderr)
+            return 2
+        runs.append(run)
+    print(table(runs))
+    return 0 if all(run.clean for run in runs) else 1
+
+
 def add_nemesis_command(sims: Any) -> None:
     nemesis = sims.add_parser(
         "nemesis",
@@ -52,3 +71,9 @@ def add_nemesis_command(sims: Any) -> None:
     nemesis.add_argument("--minutes", type=float, default=2.0, help="how long faults go on")
     nemesis.add_argument("--dir", default=None, help="where data and logs go (default: a temp dir)")
     nemesis.set_defaults(func=_nemesis, configures_logging=True)
+    summary = sims.add_parser(
+        "nemesis-summary",
+        help="many nemesis runs' reports in one table: clean runs, confirm gaps per fault kind",
+    )
+    summary.add_argument("reports", nargs="+", help="files holding what `sim nemesis` printed")
+    summary.set_defaults(func=_summary)

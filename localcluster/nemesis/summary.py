@@ -1,0 +1,64 @@
+"""Many nemesis runs in one table: how many were clean, which faults they injected, and the
+longest time without a confirm around each kind of fault (median, p99, max) over all runs.
+
+Reads the reports `mqgw sim nemesis` prints (one file per run, as the campaign keeps them):
+the verdict line and every fault line, "t= 9.69s lossy   r2 (...) for 4.91s; longest confirm
+gap 0.04s". Pure: text in, table out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+FAULT = re.compile(r"^\s+t=\s*[\d.]+s (\w+)\s+.*; longest confirm gap ([\d.]+)s$")
+HEAD = re.compile(r"^nemesis seed (-?\d+), ([\d.]+) min, (\d+) faults$")
+
+
+@dataclass
+class Run:
+    seed: int
+    minutes: float
+    clean: bool
+    stalls: dict[str, list[float]] = field(default_factory=dict)
+
+
+def parse(text: str) -> Run | None:
+    """One run's report (None: the text holds none, e.g. a run that did not finish)."""
+    run: Run | None = None
+    for line in text.splitlines():
+        if (head := HEAD.match(line)) is not None:
+            run = Run(int(head[1]), float(head[2]), clean=False)
+        elif run is not None and (fault := FAULT.match(line)) is not None:
+            run.stalls.setdefault(fault[1], []).append(float(fault[2]))
+        elif run is not None and line.startswith("published ") and line.endswith(": clean"):
+            run.clean = True
+    return run
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The nearest-rank percentile (``share`` in 0..1) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * share // 1))
+    return ordered[int(rank) - 1]
+
+
+def table(runs: Iterable[Run]) -> str:
+    every = list(runs)
+    failed = [str(r.seed) for r in every if not r.clean]
+    verdict = f", FAILED: seeds {', '.join(failed)}" if failed else ""
+    minutes = sum(r.minutes for r in every)
+    lines = [
+        f"{len(every)} runs, {minutes:g} minutes of faults: {len(every) - len(failed)} clean"
+        + verdict,
+        "| fault | injected | median | p99 | max |",
+        "|---|---|---|---|---|",
+    ]
+    for kind in sorted({kind for r in every for kind in r.stalls}):
+        stalls = [s for r in every for s in r.stalls.get(kind, [])]
+        lines.append(
+            f"| {kind} | {len(stalls)} | {percentile(stalls, 0.5):.2f} s | "
+            f"{percentile(stalls, 0.99):.2f} s | {max(stalls):.2f} s |"
+        )
+    return "\n".join(lines)
