@@ -60,3 +60,41 @@ def test_a_refusal_of_an_older_token_leaves_the_newer_lease_alone(tmp_path: Path
             assert not queue.may_serve() and queue.fences[0] == 0
 
     anyio.run(scenario)
+
+
+def test_a_partition_taken_back_keeps_what_was_settled_here(tmp_path: Path) -> None:
+    """An auto-acked get, then the lease goes (the broker group was away) and comes back to
+    this gateway before the settled offset was committed: the next get is the next message,
+    as RabbitMQ never gives an auto-acked message again. Had another gateway taken the
+    partition meanwhile, it starts from the broker's committed offset, flagged."""
+
+    async def scenario() -> None:
+        async with open_embedded_store(_config(tmp_path / "store")) as store:
+            await store.create_queue(1, 1)
+            records = [Record(b"", b"q", b"", b"m%d" % n, ((1, 0),)) for n in range(3)]
+            await store.append(records)
+            queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=1), store)
+            queue.start_leasing()
+
+            async def take(token: int) -> None:
+                queue.fences[0] = 0  # as the cluster link leaves a partition it lost
+                queue.set_lease(0, False)
+                queue.fences[0] = token
+                await queue.take_over(0)
+
+            async def get() -> tuple[bytes, bool]:
+                taken = await queue.get()
+                assert taken is not None
+                queue.settle(taken[0], taken[1])  # auto-ack
+                return bytes(taken[1].body), taken[2]
+
+            await take(5)
+            assert await get() == (b"m0", False)
+            await take(5)  # back to us, nothing committed: m0 stays settled
+            assert await get() == (b"m1", False)
+            assert await store.committed_offset(QUEUE_GROUP, 1, 0) == 0  # not committed yet
+            await store.committed_offset(QUEUE_GROUP, 1, 0, fence=6)  # another took it
+            await take(7)
+            assert await get() == (b"m0", True)  # from the broker's position, flagged
+
+    anyio.run(scenario)
