@@ -5,7 +5,8 @@ test: ``cluster`` (redis-server, one `mqgw broker`, gateways added with `--meta`
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ import redis
 
 from bench.servers import BrokerServer, GatewayServer, free_port
 from meta.redis_keys import RedisKeys
+from meta.redis_store import RedisMetadataStore
 from storage import connect_remote_store
 from tests.harness.redis_server import RedisServer
 
@@ -125,3 +127,25 @@ def connect(gateway: GatewayServer) -> tuple[pika.BlockingConnection, Channel]:
 
 def count(ch: Channel, queue: str) -> int:
     return int(ch.queue_declare(queue, passive=True).method.message_count)
+
+
+# In-process tests of the cluster's Redis side: one redis-server per module, and a metadata
+# store on it under a fresh key prefix per test.
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture
+async def meta(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisMetadataStore]:
+    store = RedisMetadataStore(redis_server.url, prefix=prefix)
+    yield store
+    await store.close()

@@ -9,8 +9,6 @@ first one on a queue nobody had ever delivered included."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -22,27 +20,8 @@ from meta.models import QueueDef
 from meta.redis_store import RedisMetadataStore
 from storage import QUEUE_GROUP, FlushPolicy, Record, StoreConfig, open_embedded_store
 from storage.log.embedded import EmbeddedStore
-from tests.harness.redis_server import RedisServer
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the Redis store's
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
-@pytest.fixture
-async def meta(redis_server: RedisServer) -> AsyncIterator[RedisMetadataStore]:
-    store = RedisMetadataStore(redis_server.url, prefix=f"t{uuid.uuid4().hex[:10]}:")
-    yield store
-    await store.close()
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 
 async def test_a_lease_changes_hands_with_the_note_its_holder_left(

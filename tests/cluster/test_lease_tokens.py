@@ -6,8 +6,6 @@ Tokens carry their owner's tag, and a counter floor moves Redis past what a brok
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,30 +21,7 @@ from storage.errors import StaleFence
 from storage.log.embedded import EmbeddedStore
 from tests.harness.redis_server import RedisServer
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the Redis store's
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid.uuid4().hex[:10]}:"
-
-
-@pytest.fixture
-async def meta(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisMetadataStore]:
-    store = RedisMetadataStore(redis_server.url, prefix=prefix)
-    yield store
-    await store.close()
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 
 async def _lose_writes(url: str, prefix: str, name: str, counter: int) -> None:
