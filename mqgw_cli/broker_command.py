@@ -1,7 +1,7 @@
 """`mqgw broker`: a storage node serving its log store over the broker protocol.
 
     mqgw broker --data-dir D --port P [--host 127.0.0.1] [--group G] [--id I] [--meta URL]
-        [--replication off|sync|async] [--min-in-sync N] [--priority N]
+        [--replication off|sync|async] [--min-in-sync N] [--replica-standing] [--priority N]
 
 With --meta it registers (group, id, address) in the metadata store on Redis and renews that
 lease every few seconds, which is how gateways find it. With --replication sync|async (needs
@@ -157,6 +157,7 @@ async def _replicated(
         mode=ReplicationMode(args.replication),
         timing=ControllerConfig(min_in_sync=args.min_in_sync),
         priority=args.priority,
+        replica_standing=args.replica_standing,
     )
     events.append(anyio.Event())
     async with anyio.create_task_group() as tg:
@@ -209,6 +210,13 @@ def add_broker_command(commands: Any) -> None:
         default=1,
         help="replicas (the master included) that must hold an append before it is confirmed; "
         "below it appends are refused (default 1)",
+    )
+    broker.add_argument(
+        "--replica-standing",
+        action="store_true",
+        help="with --replication sync: a master whose Redis does not answer goes on confirming "
+        "while every in-sync replica promises to follow no other master (safe only when "
+        "--min-in-sync is a majority of the group; docs/controller.md, rule 14)",
     )
     broker.add_argument(
         "--priority", type=int, default=0, help="election preference among equals, lower first"

@@ -124,7 +124,7 @@ class NemesisCluster:
                 "--data-dir", str(self.root / host / "data"),
                 "--host", self.address(host), "--port", str(BROKER_PORT),
                 "--group", "g1", "--id", str(index), "--meta", self.meta_url,
-                "--replication", "sync", "--min-in-sync", "2",
+                "--replication", "sync", "--min-in-sync", "2", "--replica-standing",
             ]  # fmt: skip
             self.processes.append(Process(host, "broker", argv, BROKER_PORT))
         for host in GATEWAYS:

@@ -66,6 +66,10 @@ class ReplicationMember:
         self.beats = 0
         self.failed_beats = 0  # in a row, and the last reason logged (_beat_failed)
         self.failure = ""
+        # replica_standing: the master this slave promised to follow, and until when (own
+        # clock); meanwhile it follows no other master and does not become one.
+        self.promised_to = ""
+        self.promise_until = 0
         self.resigned_epoch = self.state.master_epoch  # rule 6: back from a restart
         self.following: tuple[str, int] | None = None
         self._follow_changed = anyio.Event()
@@ -143,6 +147,8 @@ class ReplicationMember:
         if record.master == store.me and record.epoch > self.resigned_epoch:
             if store.role != "master" or store.role_epoch != record.epoch:
                 self._set_following(None)
+                if self._promised_elsewhere(store.me):
+                    return  # a later answer takes the term, once the promise ran out
                 store.become_master(record)
             store.follow_standing(record, seq, sent_ms)
         else:
@@ -150,11 +156,40 @@ class ReplicationMember:
                 store.step_down()
             following = (record.master, record.epoch)
             if record.master and record.master != store.me and self.following != following:
+                if self._promised_elsewhere(record.master):
+                    self._set_following(None)
+                    return
                 log.info("broker %s follows %s at epoch %d", store.me, *following)
                 store.become_slave(record.epoch)
                 self._set_following(following)
         if (store.role, store.role_epoch, store.fenced_version) != before:
             self._beat_now.set()  # rule 4: tell the controller at once
+
+    def _promised_elsewhere(self, master: str) -> bool:
+        """Still bound by a promise to another master (replica_standing): it may be
+        confirming on it, so this broker must neither lead nor acknowledge another yet."""
+        if not self.promised_to or self.promised_to == master:
+            return False
+        if self.store.now_ms() < self.promise_until:
+            return True
+        self.promised_to = ""
+        return False
+
+    def _promise(self, master: str, answer: Replicated) -> dict[str, object]:
+        """The next fetch's promise to ``master`` for what its answer said (nothing when
+        replica standing is off, or the master is fenced: then no promise holds)."""
+        sent_ms = answer.head.get("sent_ms")
+        if not self.settings.replica_standing or sent_ms is None:
+            return {}
+        if answer.head.get("fenced"):
+            self.promised_to, self.promise_until = "", 0
+            return {}
+        self.promised_to = master
+        timing = self.settings.timing  # the margin: clock-rate drift, as for elections
+        self.promise_until = (
+            self.store.now_ms() + timing.master_timeout_ms + timing.safety_margin_ms
+        )
+        return {"echo_ms": int(sent_ms), "grant": True}
 
     def _set_following(self, following: tuple[str, int] | None) -> None:
         if following != self.following:
@@ -213,6 +248,7 @@ class ReplicationMember:
                 return
             registry_version, first = 0, True
             committer = self.store.inner.committer
+            promise: dict[str, object] = {}
             while True:
                 # The offset a fetch names is its acknowledgement: durable here first.
                 await committer.wait_durable(self.store.log.commit_log.write_offset)
@@ -224,8 +260,10 @@ class ReplicationMember:
                     "wait_ms": self.settings.fetch_wait_ms,
                     "registry_version": registry_version,
                     "all_offsets": first,
+                    **promise,
                 }
                 answer = await remote.replicate(Replicate("fetch", head))
+                promise = self._promise(master, answer)  # made on receipt, before applying
                 registry_version = self._apply(answer, registry_version)
                 first = False
 

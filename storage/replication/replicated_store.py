@@ -68,6 +68,9 @@ class ReplicationSettings:
     priority: int = 0
     fetch_bytes: int = 4 << 20
     fetch_wait_ms: int = 200
+    # Standing from the in-sync replicas' promises when Redis does not answer (rule 14 in
+    # docs/controller.md): safe only when min_in_sync is a majority of the group.
+    replica_standing: bool = False
 
 
 def monotonic_ms() -> int:
@@ -94,6 +97,9 @@ class ReplicatedStore:
         self.role: Role = "none"
         self.role_epoch = 0
         self.standing = Standing()
+        # Per replica, until when (this clock) it promised to follow no other master
+        # (replica_standing): the master confirms on them when Redis does not answer.
+        self.grants: dict[str, int] = {}
         self.fenced_version = 0
         self._lost_logged = False
         self.windows = ConfirmWindows(self.me)
@@ -112,9 +118,23 @@ class ReplicatedStore:
     # -- role (called by the member on each group record it follows) ------------------------
 
     def can_confirm(self) -> bool:
-        return (
-            self.role == "master" and not self.fenced_version and self.standing.valid(self.now_ms())
-        )
+        if self.role != "master" or self.fenced_version:
+            return False
+        now = self.now_ms()
+        return self.standing.valid(now) or self._granted(now)
+
+    def _granted(self, now: int) -> bool:
+        """Standing from the replicas: every replica this master needs acknowledgements
+        from promised, after a moment it knows (``echo_ms``), to follow no other master for
+        ``master_timeout_ms``; none of them can be elected and confirm before that runs out,
+        and with min_in_sync a majority, no master without them can confirm at all."""
+        if not self.settings.replica_standing or self.settings.mode is not ReplicationMode.SYNC:
+            return False
+        required = self.in_sync.required()
+        if not required or 1 + len(required) < self.min_in_sync:
+            return False
+        grants = self.grants
+        return all(grants.get(replica, 0) > now for replica in required)
 
     def accepting(self) -> bool:
         return self.can_confirm() and 1 + len(self.in_sync.stored) >= self.min_in_sync
@@ -150,6 +170,7 @@ class ReplicatedStore:
             log.info("broker %s stops acting as master (epoch %d)", self.me, self.role_epoch)
         self.role, self.role_epoch = "none", 0
         self.standing.revoke()
+        self.grants = {}
         self.fenced_version = 0
         self.in_sync = InSyncTracker(self.me)
         self.acks, self.progress, self.dirty_offsets = {}, {}, {}
@@ -161,6 +182,7 @@ class ReplicatedStore:
         if record.fence:
             self.fenced_version = record.fence_version
             self.standing.revoke()
+            self.grants = {}  # and its answers say so: the replicas drop their promises
             self.windows.closed("fenced")
         else:
             self.fenced_version = 0
@@ -453,6 +475,9 @@ class ReplicatedStore:
         end = self.log.commit_log.write_offset
         if offset > end:
             raise StoreError(f"replica {replica} at {offset} is past this log's end {end}")
+        if head.get("grant") and not self.fenced_version:
+            until = int(head["echo_ms"]) + self.settings.timing.master_timeout_ms
+            self.grants[replica] = max(self.grants.get(replica, 0), until)
         self._acknowledged(replica, offset, end)
         applied = int(head.get("registry_version", 0))
         if applied != self.registry_acks.get(replica):
@@ -465,6 +490,10 @@ class ReplicatedStore:
         chunk = read_chunk(self.log, offset, self.settings.fetch_bytes)
         answer: dict[str, Any] = {
             "epoch": self.role_epoch,
+            # What a replica's promise counts from, and whether this master may still
+            # confirm on one (a fenced one never will in this term).
+            "sent_ms": self.now_ms(),
+            "fenced": bool(self.fenced_version),
             "start": chunk.start,
             "end": chunk.end,
             "confirmed": self.confirmed,

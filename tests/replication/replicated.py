@@ -13,8 +13,10 @@ from storage.replication.state import ReplicationState
 
 
 @asynccontextmanager
-async def replicated_store(directory: Path, broker_id: str) -> AsyncIterator[ReplicatedStore]:
+async def replicated_store(
+    directory: Path, broker_id: str, settings: ReplicationSettings | None = None
+) -> AsyncIterator[ReplicatedStore]:
     config = StoreConfig(directory / "store", flush=FlushPolicy.SYNC)
     async with open_embedded_store(config) as inner:
         state = ReplicationState.load(config.data_dir, inner.log.fs)
-        yield ReplicatedStore(inner, state, ReplicationSettings("g1", broker_id))
+        yield ReplicatedStore(inner, state, settings or ReplicationSettings("g1", broker_id))
