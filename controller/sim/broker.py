@@ -49,6 +49,9 @@ class BrokerTiming:
     flush_ms: int = 5
     pull_hold_ms: int = 250  # a pull with nothing to send waits this long for entries
     retry_ms: int = 400  # a sync or pull unanswered this long is sent again
+    # Rule 14: standing from the in-sync replicas' promises (min_in_sync a majority).
+    replica_standing: bool = False
+    safety_margin_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -81,6 +84,7 @@ class SimBroker(Node):
         self.role_epoch = 0
         self.record: GroupRecord | None = None
         self.standing = Standing()
+        self.grants: dict[str, int] = {}  # replica -> until (own clock) it promised
         self.fenced_version = 0
         self.confirmed = 0
         self.beats = 0
@@ -95,6 +99,9 @@ class SimBroker(Node):
         self.following: tuple[str, int] | None = None
         self.synced = False
         self.asked_at = 0  # local ms of the last sync or pull sent
+        self.echo_ms = -1  # what the next pull promises on (-1: nothing)
+        self.promised_to = ""  # the master promised to, and until when (own clock)
+        self.promise_until = 0
 
     # -- life --
 
@@ -102,6 +109,11 @@ class SimBroker(Node):
         self.boot += 1
         self.resigned_epoch = self.master_epoch
         self._reset()
+        if self.timing.replica_standing:  # a promise made before the crash may still hold
+            self.promised_to = "*"
+            self.promise_until = (
+                self.now() + self.timing.master_timeout_ms + self.timing.safety_margin_ms
+            )
         self.index = {msg: offset for offset, (_, msg) in enumerate(self.log)}
         self._heartbeat()
 
@@ -112,12 +124,26 @@ class SimBroker(Node):
         self.oracle.crashed(self)
 
     def can_confirm(self) -> bool:
-        return (
-            self.up
-            and self.role == "master"
-            and not self.fenced_version
-            and self.standing.valid(self.now())
-        )
+        if not self.up or self.role != "master" or self.fenced_version:
+            return False
+        now = self.now()
+        return self.standing.valid(now) or self._granted(now)
+
+    def _granted(self, now: int) -> bool:
+        if not self.timing.replica_standing:
+            return False
+        required = self.in_sync.required()
+        if not required or 1 + len(required) < self.timing.min_in_sync:
+            return False
+        return all(self.grants.get(replica, 0) > now for replica in required)
+
+    def _promised_elsewhere(self, master: str) -> bool:
+        if not self.promised_to or self.promised_to == master:
+            return False
+        if self.now() < self.promise_until:
+            return True
+        self.promised_to = ""
+        return False
 
     def epochs(self) -> tuple[tuple[int, int], ...]:
         found: list[tuple[int, int]] = []
@@ -188,11 +214,15 @@ class SimBroker(Node):
     def _follow_record(self, record: GroupRecord, answer: HeartbeatReply) -> None:
         if record.master == self.name and record.epoch > self.resigned_epoch:
             if self.role != "master" or self.role_epoch != record.epoch:
+                if self._promised_elsewhere(self.name):
+                    self.following, self.synced = None, False  # stop renewing the promise
+                    return
                 self._become_master(record)
             self.in_sync.on_record(record.in_sync, answer.seq)
             if record.fence:
                 self.fenced_version = record.fence_version
                 self.standing.revoke()
+                self.grants = {}
             else:
                 self.fenced_version = 0
                 self.standing.grant(answer.sent_ms, self.timing.master_timeout_ms)
@@ -204,7 +234,11 @@ class SimBroker(Node):
         if record.master == self.name:
             return  # resigned from this epoch: wait for the next
         if record.master and self.following != (record.master, record.epoch):
+            if self._promised_elsewhere(record.master):
+                self.following, self.synced = None, False
+                return
             self.world.note(f"{self.name} follows {record.master} at {record.epoch}")
+            self.echo_ms = -1  # nothing promised to this one yet
             self.role, self.role_epoch = "slave", record.epoch
             self.following, self.synced = (record.master, record.epoch), False
             self._ask_master()
@@ -222,6 +256,7 @@ class SimBroker(Node):
     def _reset_role(self) -> None:
         self.role, self.following, self.synced = "none", None, False
         self.standing.revoke()
+        self.grants = {}
         self.fenced_version = 0
         self.in_sync = InSyncTracker(self.name)
         self.acks, self.progress, self.held, self.waiters = {}, {}, [], []
@@ -261,6 +296,9 @@ class SimBroker(Node):
     def _pull(self, src: str, call: PullCall) -> None:
         if self.role != "master" or call.epoch != self.role_epoch or call.start > len(self.log):
             return
+        if call.echo_ms >= 0 and not self.fenced_version:
+            until = call.echo_ms + self.timing.master_timeout_ms
+            self.grants[src] = max(self.grants.get(src, 0), until)
         advanced = call.start > self.acks.get(src, -1)
         if advanced:
             self.acks[src] = call.start
@@ -275,7 +313,9 @@ class SimBroker(Node):
 
     def _send_entries(self, slave: str, inc: int, start: int) -> None:
         entries = tuple(self.log[start : start + PULL_BATCH])
-        self.send(slave, PullReply(self.role_epoch, start, entries, self.confirmed), inc)
+        reply = PullReply(self.role_epoch, start, entries, self.confirmed, self.now(),
+                          bool(self.fenced_version))  # fmt: skip
+        self.send(slave, reply, inc)
 
     def _serve_held(self) -> None:
         held, self.held = self.held, []
@@ -313,7 +353,7 @@ class SimBroker(Node):
         master, epoch = self.following
         self.asked_at = self.now()
         if self.synced:
-            self.send(master, PullCall(self.incarnation, epoch, len(self.log)))
+            self.send(master, PullCall(self.incarnation, epoch, len(self.log), self.echo_ms))
         else:
             self.send(master, SyncCall(self.incarnation, epoch))
 
@@ -333,6 +373,14 @@ class SimBroker(Node):
     def _pulled(self, reply: PullReply) -> None:
         if self.following is None or reply.epoch != self.following[1] or not self.synced:
             return
+        if self.timing.replica_standing:  # the promise, made on receipt
+            if reply.fenced:
+                self.promised_to, self.promise_until, self.echo_ms = "", 0, -1
+            else:
+                self.promised_to = self.following[0]
+                timing = self.timing
+                self.promise_until = self.now() + timing.master_timeout_ms + timing.safety_margin_ms
+                self.echo_ms = reply.sent_ms
         if reply.start != len(self.log):
             return  # a duplicate or an overtaken answer: the next pull asks again
         for entry in reply.entries:

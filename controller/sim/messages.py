@@ -90,6 +90,9 @@ class PullCall:
     inc: int
     epoch: int
     start: int
+    # Replica standing (rule 14): the master's clock from the answer this pull promises on,
+    # -1 when it promises nothing.
+    echo_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,8 @@ class PullReply:
     start: int
     entries: tuple[Entry, ...]
     confirmed: int
+    sent_ms: int = 0  # the master's clock (what a promise counts from)
+    fenced: bool = False  # a fenced master confirms nothing more: no promise holds
 
 
 # -- clients (a gateway publishing with confirms, a consumer) --

@@ -64,11 +64,16 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS, trace: list[str] | None = No
     oracle = Oracle(world)
     store = SimStore(world, "redis", config.election_silence_ms, config.lease_ms,
                      oracle.record_written)  # fmt: skip
+    # Rule 14 on odd seeds where min_in_sync is a majority (drawn from no random number, so
+    # every seed replays as before).
+    replica_standing = size == 3 and config.min_in_sync == 2 and seed % 2 == 1
     timing = BrokerTiming(
         config.heartbeat_interval_ms,
         config.master_timeout_ms,
         config.lag_timeout_ms,
         config.min_in_sync,
+        replica_standing=replica_standing,
+        safety_margin_ms=config.safety_margin_ms,
     )
     brokers = [SimBroker(world, f"b{i}", GROUP, "redis", timing, oracle) for i in range(size)]
     oracle.brokers = {b.name: b for b in brokers}
@@ -79,8 +84,10 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS, trace: list[str] | None = No
     ]
     for node in [store, *brokers, *controllers, *clients]:
         world.after(rng.randint(0, 300), node.start)
+    # A new master waits out its promise to the old one (rule 14).
+    waits = config.election_silence_ms if replica_standing else 0
     nemesis = Nemesis(world, Cast(store, brokers, controllers, config.min_in_sync), oracle,
-                      bound_ms(config))  # fmt: skip
+                      bound_ms(config) + waits)  # fmt: skip
     result = SeedResult(seed, 0, 0)
     try:
         _windows(world, nemesis, steps)

@@ -78,6 +78,7 @@ class ReplicationMember:
     async def run(self) -> None:
         self.state.boot += 1
         self.state.save()
+        self.hold_after_restart()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._heartbeats)
             tg.start_soon(self._slave_forever)
@@ -164,6 +165,16 @@ class ReplicationMember:
                 self._set_following(following)
         if (store.role, store.role_epoch, store.fenced_version) != before:
             self._beat_now.set()  # rule 4: tell the controller at once
+
+    def hold_after_restart(self) -> None:
+        """A promise made before a crash may still hold (replica_standing): a broker that
+        starts takes no role for one promise's length, whoever the record names."""
+        if self.settings.replica_standing:
+            timing = self.settings.timing
+            self.promised_to = "*"
+            self.promise_until = (
+                self.store.now_ms() + timing.master_timeout_ms + timing.safety_margin_ms
+            )
 
     def _promised_elsewhere(self, master: str) -> bool:
         """Still bound by a promise to another master (replica_standing): it may be

@@ -30,14 +30,15 @@ async def test_a_replicated_group_confirms_with_redis_down(group: Group) -> None
     more(publisher, 200)
     group.redis.stop()  # SIGKILL: every Redis host down
     try:
-        # Four seconds without Redis, past the master timeout (1.5 s) twice: confirms keep
-        # coming in every half second (an observation over time, not a wait for an event).
-        for _ in range(8):
+        # Five seconds without Redis, past the master timeout (1.5 s) three times: confirms
+        # keep coming in every second (an observation over time, not a wait for an event),
+        # and no publish waits anywhere near the outage for its confirm.
+        for _ in range(5):
             before = len(publisher.confirmed)
-            time.sleep(0.5)
+            time.sleep(1.0)
             assert publisher.error is None, repr(publisher.error)
             assert len(publisher.confirmed) > before, group.brokers["a"].log()[-2000:]
-        assert publisher.longest_stall_s < 1.0, publisher.longest_stall_s
+        assert publisher.longest_stall_s < 3.0, publisher.longest_stall_s
     finally:
         group.redis.start()
     more(publisher, 100)

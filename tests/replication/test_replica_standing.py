@@ -95,3 +95,10 @@ async def test_a_replica_under_a_promise_waits_before_it_leads(tmp_path: Path) -
         assert member._promise("0", Replicated({"sent_ms": 8, "fenced": True}, b"")) == {}
         member._on_answer(GroupRecord("g1", epoch=4, version=12, master="2"), 5, now[0])
         assert member.following == ("2", 4)
+        # Back from a restart: a promise made before the crash may still hold, to anyone.
+        member.hold_after_restart()
+        member._on_answer(GroupRecord("g1", epoch=5, version=15, master="0"), 6, now[0])
+        assert member.following is None
+        now[0] += TIMING.master_timeout_ms + TIMING.safety_margin_ms
+        member._on_answer(GroupRecord("g1", epoch=5, version=15, master="0"), 7, now[0])
+        assert member.following == ("0", 5)
