@@ -36,7 +36,8 @@ def _nemesis(args: argparse.Namespace) -> int:
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="mqgw-nemesis-"))
     root.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    logging.getLogger("pika").setLevel(logging.CRITICAL)  # reconnects: counted in the report
+    for client in ("pika", "aiormq", "aio_pika"):  # reconnects: counted in the report
+        logging.getLogger(client).setLevel(logging.CRITICAL)
     report = run(args.seed, args.minutes, root)
     print(report.describe())
     print(f"logs: {root / 'logs'}")
