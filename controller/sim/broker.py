@@ -30,7 +30,15 @@ from controller.sim.messages import (
     SyncReply,
 )
 from controller.sim.world import Node, World
-from meta.groups.contract import InSyncTracker, Standing, common_point, stale
+from meta.groups.contract import (
+    ANYONE,
+    Grants,
+    InSyncTracker,
+    Promise,
+    Standing,
+    common_point,
+    stale,
+)
 from meta.groups.records import SEQ_BOOT_SHIFT, GroupRecord, LagReport, ReplicaReport, Role
 
 if TYPE_CHECKING:
@@ -84,7 +92,7 @@ class SimBroker(Node):
         self.role_epoch = 0
         self.record: GroupRecord | None = None
         self.standing = Standing()
-        self.grants: dict[str, int] = {}  # replica -> until (own clock) it promised
+        self.grants = Grants()  # rule 14: the replicas' promises
         self.fenced_version = 0
         self.confirmed = 0
         self.beats = 0
@@ -100,8 +108,7 @@ class SimBroker(Node):
         self.synced = False
         self.asked_at = 0  # local ms of the last sync or pull sent
         self.echo_ms = -1  # what the next pull promises on (-1: nothing)
-        self.promised_to = ""  # the master promised to, and until when (own clock)
-        self.promise_until = 0
+        self.promise = Promise()
 
     # -- life --
 
@@ -110,10 +117,7 @@ class SimBroker(Node):
         self.resigned_epoch = self.master_epoch
         self._reset()
         if self.timing.replica_standing:  # a promise made before the crash may still hold
-            self.promised_to = "*"
-            self.promise_until = (
-                self.now() + self.timing.master_timeout_ms + self.timing.safety_margin_ms
-            )
+            self._promise(ANYONE)
         self.index = {msg: offset for offset, (_, msg) in enumerate(self.log)}
         self._heartbeat()
 
@@ -132,18 +136,14 @@ class SimBroker(Node):
     def _granted(self, now: int) -> bool:
         if not self.timing.replica_standing:
             return False
-        required = self.in_sync.required()
-        if not required or 1 + len(required) < self.timing.min_in_sync:
-            return False
-        return all(self.grants.get(replica, 0) > now for replica in required)
+        return self.grants.cover(self.in_sync.required(), self.timing.min_in_sync, now)
 
     def _promised_elsewhere(self, master: str) -> bool:
-        if not self.promised_to or self.promised_to == master:
-            return False
-        if self.now() < self.promise_until:
-            return True
-        self.promised_to = ""
-        return False
+        return self.promise.binds(master, self.now())
+
+    def _promise(self, master: str) -> None:
+        timing = self.timing
+        self.promise.make(master, self.now(), timing.master_timeout_ms, timing.safety_margin_ms)
 
     def epochs(self) -> tuple[tuple[int, int], ...]:
         found: list[tuple[int, int]] = []
@@ -222,7 +222,7 @@ class SimBroker(Node):
             if record.fence:
                 self.fenced_version = record.fence_version
                 self.standing.revoke()
-                self.grants = {}
+                self.grants.revoke()
             else:
                 self.fenced_version = 0
                 self.standing.grant(answer.sent_ms, self.timing.master_timeout_ms)
@@ -256,7 +256,7 @@ class SimBroker(Node):
     def _reset_role(self) -> None:
         self.role, self.following, self.synced = "none", None, False
         self.standing.revoke()
-        self.grants = {}
+        self.grants.revoke()
         self.fenced_version = 0
         self.in_sync = InSyncTracker(self.name)
         self.acks, self.progress, self.held, self.waiters = {}, {}, [], []
@@ -297,8 +297,7 @@ class SimBroker(Node):
         if self.role != "master" or call.epoch != self.role_epoch or call.start > len(self.log):
             return
         if call.echo_ms >= 0 and not self.fenced_version:
-            until = call.echo_ms + self.timing.master_timeout_ms
-            self.grants[src] = max(self.grants.get(src, 0), until)
+            self.grants.grant(src, call.echo_ms, self.timing.master_timeout_ms)
         advanced = call.start > self.acks.get(src, -1)
         if advanced:
             self.acks[src] = call.start
@@ -375,11 +374,10 @@ class SimBroker(Node):
             return
         if self.timing.replica_standing:  # the promise, made on receipt
             if reply.fenced:
-                self.promised_to, self.promise_until, self.echo_ms = "", 0, -1
+                self.promise.release()
+                self.echo_ms = -1
             else:
-                self.promised_to = self.following[0]
-                timing = self.timing
-                self.promise_until = self.now() + timing.master_timeout_ms + timing.safety_margin_ms
+                self._promise(self.following[0])
                 self.echo_ms = reply.sent_ms
         if reply.start != len(self.log):
             return  # a duplicate or an overtaken answer: the next pull asks again

@@ -15,6 +15,10 @@ work in ``storage/`` is meant to use them too. docs/controller.md states the con
   A replica may join only once it has the master's whole log as of the start of its epoch
   (any of it may have been confirmed by an earlier master) and its confirm offset. So every
   member of the stored set holds every confirmed entry.
+- ``Grants`` and ``Promise`` (rule 14, replica standing): a master may also confirm while
+  every replica a confirm waits for promised, on an answer it stamped, to follow no other
+  master for ``master_timeout_ms``; the replica keeps that promise (and a margin for clock
+  drift) by its own clock, so it is elected and acts only once the master's grant ran out.
 - ``common_point``: where a returning broker truncates, from the epoch files.
 - ``stale``: heartbeat answers may arrive out of order; an older record is ignored.
 """
@@ -50,6 +54,57 @@ class Standing:
 
     def valid(self, now_ms: int) -> bool:
         return now_ms < self.until_ms
+
+
+ANYONE = "*"  # a promise to whichever master: made before a crash, to someone unknown
+
+
+@dataclass(slots=True)
+class Grants:
+    """A master's standing from its replicas' promises, in its own clock's ms."""
+
+    until_ms: dict[str, int] = field(default_factory=dict)
+
+    def grant(self, replica: str, echo_ms: int, master_timeout_ms: int) -> None:
+        """``replica`` promised on an answer this master stamped ``echo_ms``."""
+        self.until_ms[replica] = max(self.until_ms.get(replica, 0), echo_ms + master_timeout_ms)
+
+    def revoke(self) -> None:
+        self.until_ms = {}
+
+    def cover(self, required: frozenset[str], min_in_sync: int, now_ms: int) -> bool:
+        """Every replica a confirm waits for holds a promise (and there is one, and enough
+        of them for min_in_sync)."""
+        if not required or 1 + len(required) < min_in_sync:
+            return False
+        return all(self.until_ms.get(replica, 0) > now_ms for replica in required)
+
+
+@dataclass(slots=True)
+class Promise:
+    """A slave's promise to follow no other master (and not to become one) until
+    ``until_ms`` by its own clock."""
+
+    to: str = ""
+    until_ms: int = 0
+
+    def make(self, master: str, now_ms: int, master_timeout_ms: int, margin_ms: int) -> None:
+        """On receiving an answer from ``master`` it may count on."""
+        self.to, self.until_ms = master, now_ms + master_timeout_ms + margin_ms
+
+    def release(self) -> None:
+        """The master is fenced: it confirms nothing more this term."""
+        self.to, self.until_ms = "", 0
+
+    def binds(self, master: str, now_ms: int) -> bool:
+        """Whether the promise still keeps this broker from leading or following
+        ``master`` (itself, when it is the one elected)."""
+        if not self.to or self.to == master:
+            return False
+        if now_ms < self.until_ms:
+            return True
+        self.release()
+        return False
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from contextlib import AbstractAsyncContextManager
 import anyio
 from redis.exceptions import RedisError
 
-from meta.groups.contract import common_point, stale
+from meta.groups.contract import ANYONE, Promise, common_point, stale
 from meta.groups.link import GroupLink
 from meta.groups.records import SEQ_BOOT_SHIFT, GroupRecord, ReplicaReport
 from storage.clients.remote import RemoteStore
@@ -66,10 +66,8 @@ class ReplicationMember:
         self.beats = 0
         self.failed_beats = 0  # in a row, and the last reason logged (_beat_failed)
         self.failure = ""
-        # replica_standing: the master this slave promised to follow, and until when (own
-        # clock); meanwhile it follows no other master and does not become one.
-        self.promised_to = ""
-        self.promise_until = 0
+        # replica_standing: meanwhile it follows no other master and does not become one.
+        self.promise = Promise()
         self.resigned_epoch = self.state.master_epoch  # rule 6: back from a restart
         self.following: tuple[str, int] | None = None
         self._follow_changed = anyio.Event()
@@ -170,21 +168,18 @@ class ReplicationMember:
         """A promise made before a crash may still hold (replica_standing): a broker that
         starts takes no role for one promise's length, whoever the record names."""
         if self.settings.replica_standing:
-            timing = self.settings.timing
-            self.promised_to = "*"
-            self.promise_until = (
-                self.store.now_ms() + timing.master_timeout_ms + timing.safety_margin_ms
-            )
+            self._make_promise(ANYONE)
+
+    def _make_promise(self, master: str) -> None:
+        timing = self.settings.timing  # the margin: clock-rate drift, as for elections
+        self.promise.make(
+            master, self.store.now_ms(), timing.master_timeout_ms, timing.safety_margin_ms
+        )
 
     def _promised_elsewhere(self, master: str) -> bool:
         """Still bound by a promise to another master (replica_standing): it may be
         confirming on it, so this broker must neither lead nor acknowledge another yet."""
-        if not self.promised_to or self.promised_to == master:
-            return False
-        if self.store.now_ms() < self.promise_until:
-            return True
-        self.promised_to = ""
-        return False
+        return self.promise.binds(master, self.store.now_ms())
 
     def _promise(self, master: str, answer: Replicated) -> dict[str, object]:
         """The next fetch's promise to ``master`` for what its answer said (nothing when
@@ -193,13 +188,9 @@ class ReplicationMember:
         if not self.settings.replica_standing or sent_ms is None:
             return {}
         if answer.head.get("fenced"):
-            self.promised_to, self.promise_until = "", 0
+            self.promise.release()
             return {}
-        self.promised_to = master
-        timing = self.settings.timing  # the margin: clock-rate drift, as for elections
-        self.promise_until = (
-            self.store.now_ms() + timing.master_timeout_ms + timing.safety_margin_ms
-        )
+        self._make_promise(master)
         return {"echo_ms": int(sent_ms), "grant": True}
 
     def _set_following(self, following: tuple[str, int] | None) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from meta.groups.contract import InSyncTracker, Standing
+from meta.groups.contract import Grants, InSyncTracker, Standing
 from meta.groups.records import GroupRecord, LagReport, Role
 from meta.groups.timing import ControllerConfig
 from storage.config import FlushPolicy
@@ -97,9 +97,8 @@ class ReplicatedStore:
         self.role: Role = "none"
         self.role_epoch = 0
         self.standing = Standing()
-        # Per replica, until when (this clock) it promised to follow no other master
-        # (replica_standing): the master confirms on them when Redis does not answer.
-        self.grants: dict[str, int] = {}
+        # The replicas' promises (replica_standing): standing when Redis does not answer.
+        self.grants = Grants()
         self.fenced_version = 0
         self._lost_logged = False
         self.windows = ConfirmWindows(self.me)
@@ -130,11 +129,7 @@ class ReplicatedStore:
         and with min_in_sync a majority, no master without them can confirm at all."""
         if not self.settings.replica_standing or self.settings.mode is not ReplicationMode.SYNC:
             return False
-        required = self.in_sync.required()
-        if not required or 1 + len(required) < self.min_in_sync:
-            return False
-        grants = self.grants
-        return all(grants.get(replica, 0) > now for replica in required)
+        return self.grants.cover(self.in_sync.required(), self.min_in_sync, now)
 
     def accepting(self) -> bool:
         return self.can_confirm() and 1 + len(self.in_sync.stored) >= self.min_in_sync
@@ -170,7 +165,7 @@ class ReplicatedStore:
             log.info("broker %s stops acting as master (epoch %d)", self.me, self.role_epoch)
         self.role, self.role_epoch = "none", 0
         self.standing.revoke()
-        self.grants = {}
+        self.grants.revoke()
         self.fenced_version = 0
         self.in_sync = InSyncTracker(self.me)
         self.acks, self.progress, self.dirty_offsets = {}, {}, {}
@@ -182,7 +177,7 @@ class ReplicatedStore:
         if record.fence:
             self.fenced_version = record.fence_version
             self.standing.revoke()
-            self.grants = {}  # and its answers say so: the replicas drop their promises
+            self.grants.revoke()  # and its answers say so: the replicas drop their promises
             self.windows.closed("fenced")
         else:
             self.fenced_version = 0
@@ -476,8 +471,7 @@ class ReplicatedStore:
         if offset > end:
             raise StoreError(f"replica {replica} at {offset} is past this log's end {end}")
         if head.get("grant") and not self.fenced_version:
-            until = int(head["echo_ms"]) + self.settings.timing.master_timeout_ms
-            self.grants[replica] = max(self.grants.get(replica, 0), until)
+            self.grants.grant(replica, int(head["echo_ms"]), self.settings.timing.master_timeout_ms)
         self._acknowledged(replica, offset, end)
         applied = int(head.get("registry_version", 0))
         if applied != self.registry_acks.get(replica):

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from meta.groups.contract import InSyncTracker, Standing, common_point, stale
+from meta.groups.contract import (
+    ANYONE,
+    Grants,
+    InSyncTracker,
+    Promise,
+    Standing,
+    common_point,
+    stale,
+)
 from meta.groups.records import GroupRecord
 
 S = frozenset
@@ -94,3 +102,29 @@ def test_common_point(
     expected: int,
 ) -> None:
     assert common_point(local, local_end, master, master_end) == expected
+
+
+def test_grants_cover_every_required_replica_until_their_promises_run_out() -> None:
+    grants = Grants()
+    grants.grant("b", echo_ms=1000, master_timeout_ms=1500)
+    assert grants.cover(frozenset("b"), 2, 2499) and not grants.cover(frozenset("b"), 2, 2500)
+    assert not grants.cover(frozenset("bc"), 2, 1200)  # c promised nothing
+    assert not grants.cover(frozenset("b"), 3, 1200)  # too few for min_in_sync
+    assert not grants.cover(frozenset(), 1, 1200)  # nobody to promise: no standing
+    grants.grant("b", echo_ms=500, master_timeout_ms=1500)  # an older echo changes nothing
+    assert grants.cover(frozenset("b"), 2, 2400)
+    grants.revoke()
+    assert not grants.cover(frozenset("b"), 2, 1200)
+
+
+def test_a_promise_binds_until_it_runs_out_and_not_to_its_own_master() -> None:
+    promise = Promise()
+    assert not promise.binds("a", 0)
+    promise.make("a", now_ms=100, master_timeout_ms=1500, margin_ms=500)
+    assert not promise.binds("a", 150)  # following the same master is no breach
+    assert promise.binds("b", 2099) and not promise.binds("b", 2100)
+    assert promise.to == ""  # ran out: released
+    promise.make(ANYONE, now_ms=0, master_timeout_ms=1500, margin_ms=500)
+    assert promise.binds("a", 10)  # made before a crash: binds whoever is named
+    promise.release()
+    assert not promise.binds("a", 10)
