@@ -136,9 +136,6 @@ class QueueRuntime:
         # embedded, always delivers). See gateway/cluster/link.py.
         self.leases: list[bool] | None = None
         self.fences = [0] * self.partitions  # the lease's fencing token, sent with commits
-        # Per partition, the token of this gateway's last take-over: while the broker's highest
-        # is still it, nobody took the partition from us (take_over keeps our settled part).
-        self.last_fences = [0] * self.partitions
         # Cluster: called when a fill reached the end of every partition (long-poll reads).
         self.on_exhausted: Callable[[QueueRuntime], None] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)
@@ -919,12 +916,6 @@ class QueueRuntime:
         (StaleFence)."""
         # The fence the last holder left (0: nobody ever held it), read before ours goes in.
         before = (await self.store.queue_stats(self.queue_id)).partitions[partition]
-        # Taken back by the gateway that held it last (the lease lapsed with Redis away, the
-        # broker was away): what it settled and had not committed yet (an auto-acked get,
-        # acks since the last commit) stays settled, as RabbitMQ never redelivers it.
-        ours = before.fence != 0 and before.fence == self.last_fences[partition]
-        settled = self.committed_offsets()[partition] if ours else 0
-        went_out = max(self.maybe_delivered[partition], self.delivered_below[partition])
         committed = await self.store.committed_offset(
             QUEUE_GROUP, self.queue_id, partition, self.fences[partition]
         )
@@ -934,10 +925,8 @@ class QueueRuntime:
         # Dropped after the reads (which yield): the partition is read again from committed.
         self._forget_partition(partition)
         part = stats.partitions[partition]
-        self.cursors[partition] = max(committed, part.min_offset, min(settled, part.max_offset))
-        self.maybe_delivered[partition] = (
-            went_out if ours else _delivered_before(before, handed, part.max_offset)
-        )
+        self.cursors[partition] = max(committed, part.min_offset)
+        self.maybe_delivered[partition] = _delivered_before(before, handed, part.max_offset)
         self.ready_count = (
             sum(
                 max(0, s.max_offset - self.cursors[s.partition])
@@ -947,7 +936,6 @@ class QueueRuntime:
         )
         self.exhausted = False
         self.set_lease(partition, True)
-        self.last_fences[partition] = self.fences[partition]
         if self.is_removed(partition):  # taken only to commit past its command record
             self.pass_removed_records()
             await self.commit()
@@ -977,7 +965,7 @@ class QueueRuntime:
         self.partitions = partitions
         self.read_parts = range(partitions)  # (a route sets its own after)
         for values in (self.cursors, self.maybe_delivered, self.delivered_below,
-                       self.restart_below, self.fences, self.last_fences):  # fmt: skip
+                       self.restart_below, self.fences):  # fmt: skip
             values.extend([0] * more)
         self.inflight.extend(set() for _ in range(more))
         if self.leases is not None:
