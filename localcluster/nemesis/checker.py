@@ -45,6 +45,7 @@ class Delivered:
     consumer: str
     key: str  # "<publisher>:<seq>", the body
     redelivered: bool
+    at: float = 0.0  # time.monotonic() when it came (a post-mortem's timeline)
 
 
 @dataclass

@@ -8,7 +8,9 @@ concerned go to the report; the processes' logs stay under the run's directory.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -28,7 +30,7 @@ from localcluster.nemesis.cluster import (
 from localcluster.nemesis.hosts import hosts
 from localcluster.nemesis.masters import overlaps, problems, read_terms, read_windows
 from localcluster.nemesis.plan import LOSSY_KBIT, Fault, plan
-from localcluster.nemesis.workload import QUEUES, Workload, pika_module
+from localcluster.nemesis.workload import QUEUES, History, Workload, pika_module
 
 log = logging.getLogger("mqgw.nemesis")
 SETTLE_S = 20.0  # after the last heal, before the publishers stop: failovers finish
@@ -182,6 +184,7 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
                 report.stalls.setdefault(fault.kind, []).append(stall)
             report.client_errors = len(history.errors)
             report.verdict = check(history.published, history.delivered, one_partition=QUEUES)
+            _keep_history(root / "history.json", history)
             report.crashed = cluster.crashed()
         finally:
             cluster.stop()
@@ -192,6 +195,16 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
     report.master_problems = problems(every) + overlaps(confirming)
     log.info("nemesis seed %d: %s", seed, "clean" if report.ok else "FAILED")
     return report
+
+
+def _keep_history(path: Path, history: History) -> None:
+    """Every publish attempt and delivery, for a failed run's post-mortem (the checker's
+    input: which consumer got what, flagged or not, when each confirm came)."""
+    document = {
+        "published": [dataclasses.astuple(p) for p in history.published],
+        "delivered": [dataclasses.astuple(d) for d in history.delivered],
+    }
+    path.write_text(json.dumps(document))
 
 
 def _sleep_until(deadline: float) -> None:

@@ -220,7 +220,9 @@ class Consumer(Client):
                 if method is None:
                     continue
                 self.last_delivery = time.monotonic()
-                self.history.got(Delivered(self.queue, tag, body.decode(), method.redelivered))
+                self.history.got(
+                    Delivered(self.queue, tag, body.decode(), method.redelivered, time.monotonic())
+                )
                 channel.basic_ack(method.delivery_tag)
         finally:
             if connection.is_open:
