@@ -93,6 +93,7 @@ class GroupStore:
 
     async def follow(self) -> None:
         """Run for the store's life: connect to each new master the record names."""
+        failure = ""  # the last reason logged
         async with anyio.create_task_group() as tg:
             while True:
                 try:
@@ -100,7 +101,15 @@ class GroupStore:
                     if record.master and (record.master, record.epoch) != self.master:
                         await self._connect(tg, record.master, record.epoch)
                 except Exception as error:  # Redis or the broker away: keep following
-                    log.warning("group %s: cannot follow the master yet: %s", self.group, error)
+                    # Once per reason, not ten lines a second for a whole Redis outage.
+                    if str(error) != failure:
+                        failure = str(error)
+                        log.warning("group %s: cannot follow the master yet: %s (logged again "
+                                    "when the reason changes)", self.group, error)  # fmt: skip
+                else:
+                    if failure:
+                        log.info("group %s: following the master's record again", self.group)
+                    failure = ""
                 await anyio.sleep(POLL_S)
 
     async def _connect(self, tg: TaskGroup, master: str, epoch: int) -> None:
