@@ -59,11 +59,13 @@ def drain(url: str, queue: str, expected: set[int], timeout_s: float = 30) -> di
     return seen
 
 
-async def loaded_group(group: Group, controllers: int = 1) -> tuple[Publisher, str]:
+async def loaded_group(
+    group: Group, controllers: int = 1, broker_flags: tuple[str, ...] = ()
+) -> tuple[Publisher, str]:
     for n in range(1, controllers + 1):
         group.add_controller(f"c{n}")
-    group.add_broker("a")
-    group.add_broker("b")
+    group.add_broker("a", *broker_flags)
+    group.add_broker("b", *broker_flags)
     await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
     gateway = group.add_gateway("gw1")
     connection = pika.BlockingConnection(pika.URLParameters(gateway.url))

@@ -7,27 +7,19 @@ from __future__ import annotations
 
 import time
 
-import pika
 import pytest
 
 from tests.replication.conftest import Group
-from tests.replication.load import Publisher, finish, more
+from tests.replication.load import finish, loaded_group, more
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 
 async def test_a_replicated_group_confirms_with_redis_down(group: Group) -> None:
-    group.add_controller("c1")
-    for broker_id in ("a", "b"):
-        group.add_broker(broker_id, "--min-in-sync", "2", "--replica-standing")
-    first = await group.until(lambda r: r.master != "" and len(r.in_sync) == 2)
-    gateway = group.add_gateway("gw1")
-    connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
-    connection.channel().queue_declare("orders", durable=True)
-    connection.close()
-    publisher = Publisher(gateway.url, "orders")
-    publisher.start()
-    more(publisher, 200)
+    flags = ("--min-in-sync", "2", "--replica-standing")
+    publisher, url = await loaded_group(group, broker_flags=flags)
+    first = await group.record()
+    publisher.longest_stall_s = 0.0  # from here on: the outage's, not the start's
     group.redis.stop()  # SIGKILL: every Redis host down
     try:
         # Five seconds without Redis, past the master timeout (1.5 s) three times: confirms
@@ -43,4 +35,4 @@ async def test_a_replicated_group_confirms_with_redis_down(group: Group) -> None
         group.redis.start()
     more(publisher, 100)
     assert (await group.record()).epoch == first.epoch  # no failover meanwhile
-    finish(publisher, gateway.url)
+    finish(publisher, url)
