@@ -287,10 +287,15 @@ class RoutedStore:
 
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
         answers = await self._on_owners(queue_id, lambda s: s.queue_stats(queue_id, group))
-        any_answer = next(iter(answers.values()))
+        # While a queue grows, its groups may not all hold the new partitions yet (a scale
+        # creates them group by group): a partition its owner does not hold yet comes from a
+        # group that does (a copy there is empty), never an IndexError.
+        count = max(len(answer.partitions) for answer in answers.values())
         parts: list[PartitionStats] = []
-        for p in range(len(any_answer.partitions)):
-            owner = answers.get(self.group_of(queue_id, p), any_answer)
+        for p in range(count):
+            owner = answers.get(self.group_of(queue_id, p))
+            if owner is None or p >= len(owner.partitions):
+                owner = next(a for a in answers.values() if p < len(a.partitions))
             parts.append(owner.partitions[p])
         return QueueStats.of(queue_id, parts)
 

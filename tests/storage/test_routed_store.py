@@ -78,6 +78,21 @@ async def test_records_land_on_their_partitions_groups(tmp_path: Path) -> None:
             await store.delete_queue(1)
 
 
+async def test_stats_while_a_group_lacks_the_new_partitions(tmp_path: Path) -> None:
+    """A scale creates the new partitions group by group: stats in between answer for every
+    partition (found in the CI run: an IndexError closed a publisher's connection)."""
+    async with routed(tmp_path) as (store, members):
+        await members["a"].create_queue(1, 2)  # b (partition 1's owner) not grown yet
+        await members["b"].create_queue(1, 1)
+        stats = await store.queue_stats(1)
+        assert [p.partition for p in stats.partitions] == [0, 1]
+        await members["a"].create_queue(1, 1)
+        await members["b"].create_queue(1, 2)
+        await members["a"].delete_queue(1)
+        await members["a"].create_queue(1, 1)  # now a (partition 0's owner) is the shorter
+        assert [p.partition for p in (await store.queue_stats(1)).partitions] == [0, 1]
+
+
 async def test_one_group_batch_keeps_its_starts_and_unplaced_queues_live_home(
     tmp_path: Path,
 ) -> None:
