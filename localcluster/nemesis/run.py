@@ -92,7 +92,6 @@ def apply(cluster: NemesisCluster, fault: Fault) -> Callable[[], None]:
         return net.heal
     host = fault.hosts[0][0]
     if fault.kind == "lossy":
-        host = fault.hosts[0][0]
         net.degrade(host, fault.loss, LOSSY_KBIT)
         return lambda: net.restore(host)
     if fault.kind == "pause":

@@ -103,6 +103,10 @@ class Publisher(Client):
         self.seq = 0
         self.incarnation = 0
 
+    def sent(self, seq: int, confirmed: bool, channel: str, key: str) -> None:
+        at = time.monotonic()
+        self.history.sent(Published(self.queue, self.name, seq, confirmed, at, channel, key))
+
     def session(self, connection: Any) -> None:
         pika = pika_module()
         self.incarnation += 1
@@ -122,35 +126,16 @@ class Publisher(Client):
                 except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
                     pass
                 finally:
-                    self.history.sent(
-                        Published(
-                            self.queue,
-                            self.name,
-                            seq,
-                            confirmed,
-                            time.monotonic(),
-                            channel_name,
-                            key,
-                        )
-                    )
+                    self.sent(seq, confirmed, channel_name, key)
                 self.stop.wait(PUBLISH_GAP_S)
         finally:
             if connection.is_open:
                 connection.close()
 
 
-class AioPublisher(threading.Thread):
+class AioPublisher(Publisher):
     """A publisher as an asyncio application writes it: aio-pika, confirms and mandatory on
     the channel, one awaited publish at a time (the same history as ``Publisher``)."""
-
-    def __init__(self, name: str, urls: Sequence[str], queue: str, history: History) -> None:
-        super().__init__(daemon=True, name=name)
-        self.urls = list(urls)
-        self.queue = queue
-        self.history = history
-        self.stop = threading.Event()
-        self.seq = 0
-        self.incarnation = 0
 
     def run(self) -> None:
         asyncio.run(self._run())
@@ -194,11 +179,7 @@ class AioPublisher(threading.Thread):
             except refused:
                 pass
             finally:
-                self.history.sent(
-                    Published(
-                        self.queue, self.name, seq, confirmed, time.monotonic(), channel_name, key
-                    )
-                )
+                self.sent(seq, confirmed, channel_name, key)
             await asyncio.sleep(PUBLISH_GAP_S)
 
 
@@ -233,7 +214,7 @@ class Workload:
     def __init__(self, urls: dict[str, str], history: History | None = None) -> None:
         self.urls = urls  # gateway -> AMQP URL
         self.history = history or History()
-        self.publishers: list[Publisher | AioPublisher] = []
+        self.publishers: list[Publisher] = []
         self.consumers: list[Consumer] = []
 
     def declare(self, retry_for_s: float = 30.0) -> None:
@@ -286,7 +267,7 @@ class Workload:
         return False
 
 
-def _stop_all(clients: Sequence[Client | AioPublisher]) -> None:
+def _stop_all(clients: Sequence[Client]) -> None:
     for client in clients:
         client.stop.set()
     for client in clients:
