@@ -43,6 +43,7 @@ from storage.clients.remote import (
 )
 from storage.errors import NotMaster, StoreClosed, StoreError
 from storage.record import Record
+from storage.repeated_failure import RepeatedFailure
 from storage.results import (
     QUEUE_GROUP,
     AppendResult,
@@ -93,7 +94,7 @@ class GroupStore:
 
     async def follow(self) -> None:
         """Run for the store's life: connect to each new master the record names."""
-        failure = ""  # the last reason logged
+        failures = RepeatedFailure()  # ten rounds a second: one line per reason
         async with anyio.create_task_group() as tg:
             while True:
                 try:
@@ -101,15 +102,12 @@ class GroupStore:
                     if record.master and (record.master, record.epoch) != self.master:
                         await self._connect(tg, record.master, record.epoch)
                 except Exception as error:  # Redis or the broker away: keep following
-                    # Once per reason, not ten lines a second for a whole Redis outage.
-                    if str(error) != failure:
-                        failure = str(error)
+                    if (reason := failures.failed(error)) is not None:
                         log.warning("group %s: cannot follow the master yet: %s (logged again "
-                                    "when the reason changes)", self.group, error)  # fmt: skip
+                                    "when the reason changes)", self.group, reason)  # fmt: skip
                 else:
-                    if failure:
+                    if failures.recovered():
                         log.info("group %s: following the master's record again", self.group)
-                    failure = ""
                 await anyio.sleep(POLL_S)
 
     async def _connect(self, tg: TaskGroup, master: str, epoch: int) -> None:

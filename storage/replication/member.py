@@ -28,6 +28,7 @@ from meta.groups.records import SEQ_BOOT_SHIFT, GroupRecord, ReplicaReport
 from storage.clients.remote import RemoteStore
 from storage.errors import StoreError
 from storage.log.state_files import QueueInfo
+from storage.repeated_failure import RepeatedFailure
 from storage.replication.replica_log import Chunk, truncate_log, write_chunk
 from storage.replication.replicated_store import ReplicatedStore
 from storage.results import AppendResult
@@ -64,8 +65,7 @@ class ReplicationMember:
         self.state = store.state
         self.record: GroupRecord | None = None
         self.beats = 0
-        self.failed_beats = 0  # in a row, and the last reason logged (_beat_failed)
-        self.failure = ""
+        self.beat_failures = RepeatedFailure()
         # replica_standing: meanwhile it follows no other master and does not become one.
         self.promise = Promise()
         self.resigned_epoch = self.state.master_epoch  # rule 6: back from a restart
@@ -116,23 +116,13 @@ class ReplicationMember:
             with anyio.fail_after(self.settings.timing.master_timeout_ms / 1000):
                 _, record = await self.link.heartbeat(report, lag)
         except Exception as error:  # Redis away: standing runs out by itself (rule 7)
-            self._beat_failed(error)
+            if (reason := self.beat_failures.failed(error)) is not None:
+                log.warning("broker %s: heartbeat failed: %s (logged again when the reason "
+                            "changes or heartbeats are answered)", store.me, reason)  # fmt: skip
             return
-        if self.failed_beats:
-            log.info("broker %s: heartbeats answered again after %d failed",
-                     store.me, self.failed_beats)  # fmt: skip
-            self.failed_beats, self.failure = 0, ""
+        if failed := self.beat_failures.recovered():
+            log.info("broker %s: heartbeats answered again after %d failed", store.me, failed)
         self._on_answer(record, seq, sent_ms)
-
-    def _beat_failed(self, error: Exception) -> None:
-        """One line when heartbeats start failing, and when the reason changes: not one every
-        beat (five a second) for as long as Redis is away."""
-        self.failed_beats += 1
-        text = str(error) or type(error).__name__
-        if text != self.failure:
-            self.failure = text
-            log.warning("broker %s: heartbeat failed: %s (logged again when the reason "
-                        "changes or heartbeats are answered)", self.store.me, text)  # fmt: skip
 
     def _on_answer(self, record: GroupRecord, seq: int, sent_ms: int) -> None:
         store, state = self.store, self.state
