@@ -35,6 +35,7 @@ from typing import Any
 from meta import request_lists
 from meta.change_feed import Change
 from meta.cluster import (
+    TOKEN_TAG_BITS,
     BrokerInfo,
     HandedNote,
     HandOverRequest,
@@ -50,8 +51,9 @@ from meta.redis_topology import TopologyView
 from meta.serialization import key_of, parse_key
 
 # KEYS: lease, token counter, handed note; ARGV: owner, ttl ms, note ttl ms, owner's tag,
-# counter floor (a broker saw a token made from it: values up to it are spent). The lease's
-# value is "<owner> <token>", the token "<counter> << 16 | <tag>" (meta/cluster.py); the
+# counter floor (a broker saw a token made from it: values up to it are spent), the counter's
+# weight (1 << TOKEN_TAG_BITS). The lease's value is "<owner> <token>", the token
+# "<counter> << TOKEN_TAG_BITS | <tag>" (meta/cluster.py); the
 # note's "<token> <mark>" once that holder gave the lease up with a mark, "<token> -" while it
 # holds it. Answers {state, holder, token, note before}: "renewed" (the owner's already),
 # "taken" (the owner's now, a new token; the note the last holder left, or ""), "held"
@@ -71,7 +73,7 @@ if n <= tonumber(ARGV[5]) then
   n = tonumber(ARGV[5]) + 1
   redis.call('SET', KEYS[2], n)
 end
-local token = string.format('%.0f', n * 65536 + tonumber(ARGV[4]))
+local token = string.format('%.0f', n * tonumber(ARGV[6]) + tonumber(ARGV[4]))
 local before = redis.call('GET', KEYS[3]) or ''
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
 redis.call('SET', KEYS[3], token .. ' -', 'PX', ARGV[3])
@@ -200,7 +202,7 @@ class RedisClusterRegistry(RedisStoreBase):
         ours for: Redis lost the writes that spent those values)."""
         keys = [self._keys.delivery_lease(name), self._keys.lease_tokens()]
         keys.append(self._keys.lease_handed(name))
-        args = [owner, ttl_ms, HANDED_NOTE_TTL_MS, owner_tag(owner), floor]
+        args = [owner, ttl_ms, HANDED_NOTE_TTL_MS, owner_tag(owner), floor, 1 << TOKEN_TAG_BITS]
         state, holder, token, before = await self._conn.run(
             lambda: self._hold_script(keys=keys, args=args)
         )
