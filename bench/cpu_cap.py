@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from bench.servers import process_tree, tree_cpu_s
+from bench.processes import process_tree, tree_cpu_s
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000  # the kernel's default CFS period

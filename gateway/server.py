@@ -19,13 +19,14 @@ from typing import cast
 import anyio
 import sniffio
 import uvicorn
-from anyio.abc import SocketListener, SocketStream
+from anyio.abc import SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
 from gateway.admin.app import create_app
 from gateway.amqp import twins
+from gateway.cluster.backends import open_cluster_backends
 from gateway.cluster.backlog import RemoteBacklog, report_progress
-from gateway.cluster.link import ClusterLink, open_cluster_backends
+from gateway.cluster.link import ClusterLink
 from gateway.config.settings import GatewaySettings
 from gateway.features.delayed_exchange import EXCHANGE_TYPES
 from gateway.net.listeners import describe, open_listener
@@ -111,14 +112,7 @@ async def serve(
 ) -> None:
     tls = TLSSetup.from_settings(settings)  # a TLS setting that cannot work stops us here
     async with _backends(settings) as (store, meta):
-        node = Node(settings, store, meta)
-        link = (
-            ClusterLink(node, meta, node.controls) if isinstance(meta, RedisMetadataStore) else None
-        )
-        node.cluster = link
-        if link is not None:
-            node.remote_backlog = RemoteBacklog(node.store)
-            node.breakers.watch_all = True
+        node, link = _new_node(settings, store, meta)
         await node.start()
         position = await link.start() if link is not None else ""
         _tune_gc()
@@ -136,59 +130,19 @@ async def serve(
         )
 
         async with anyio.create_task_group() as tg:
-
-            async def accept_loop(
-                socket_listener: SocketListener, tls_context: ReloadingContext | None = None
-            ) -> None:
-                # Connections run in the outer group so that closing the listener stops
-                # accepting without cutting them off: they get their 320 close first.
-                while True:
-                    try:
-                        stream = await socket_listener.accept()
-                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                        return
-                    if tls_context is None:
-                        tg.start_soon(serve_connection, node, stream)
-                    else:  # the handshake runs in the connection's task, not here
-                        tg.start_soon(serve_tls_connection, node, stream, tls_context)
-
-            tg.start_soon(node.scheduler.run)
-            tg.start_soon(node.timer.run)
-            tg.start_soon(node.housekeeping)
-            tg.start_soon(node.dead_letter_loop)
-            tg.start_soon(node.consumer_timeout_loop)
-            tg.start_soon(node.gray.run)
-            tg.start_soon(node.routes.run)
-            tg.start_soon(node.breakers.run)
-            tg.start_soon(node.group_mover.run)
-            tg.start_soon(node.autoscaler.run)
-            if link is not None:
-                tg.start_soon(link.run, position)
-                tg.start_soon(report_progress, node.all_queues)
+            _start_node_tasks(tg, node, link, position)
             for socket_listener in listener.listeners:
-                tg.start_soon(accept_loop, cast(SocketListener, socket_listener))
+                tg.start_soon(_accept_loop, tg, node, cast(SocketListener, socket_listener))
             for socket_listener in tls_listener.listeners if tls_listener else ():
-                tg.start_soon(accept_loop, cast(SocketListener, socket_listener), tls.amqp)
+                tg.start_soon(
+                    _accept_loop, tg, node, cast(SocketListener, socket_listener), tls.amqp
+                )
             if tls.contexts:
                 await tg.start(tls.watch)  # SIGHUP and file changes reload certificates
             admin_port = 0
             if admin_socket is not None:
                 admin_port = await tg.start(_serve_admin, node, settings, tls.admin, admin_socket)
-            https = " (https)" if tls.admin else ""
-            what = (
-                f"metadata {settings.meta}, gateway {node.name}"
-                if link is not None
-                else f"data in {settings.data_dir} (flush {settings.flush.value})"
-            )
-            _log_hot_paths()
-            log.info(
-                "mqgw %s ready: AMQP on %s, admin on %s, %s%s",
-                "cluster gateway" if link is not None else "embedded node",
-                describe(listener),
-                f"{settings.admin_host}:{admin_port}{https}" if admin_port else "off",
-                f"AMQPS on {describe(tls_listener)}, " if tls_listener else "",
-                what,
-            )
+            _log_ready(node, settings, listener, tls_listener, admin_port, tls.admin is not None)
             if on_ready is not None:
                 on_ready(amqp_port, admin_port)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -201,6 +155,82 @@ async def serve(
             await node.shutdown()
             tg.cancel_scope.cancel()
     log.info("mqgw stopped cleanly")
+
+
+def _new_node(
+    settings: GatewaySettings, store: StorePort, meta: MetadataStore
+) -> tuple[Node, ClusterLink | None]:
+    """The node on its backends; with Redis metadata (a cluster) also its cluster link."""
+    node = Node(settings, store, meta)
+    link = ClusterLink(node, meta, node.controls) if isinstance(meta, RedisMetadataStore) else None
+    node.cluster = link
+    if link is not None:
+        node.remote_backlog = RemoteBacklog(node.store)
+        node.breakers.watch_all = True
+    return node, link
+
+
+def _start_node_tasks(tg: TaskGroup, node: Node, link: ClusterLink | None, position: str) -> None:
+    """The node's long-running tasks; with a cluster link, following the change feed from
+    ``position`` and reporting the queues' progress."""
+    tg.start_soon(node.scheduler.run)
+    tg.start_soon(node.timer.run)
+    tg.start_soon(node.housekeeping)
+    tg.start_soon(node.dead_letter_loop)
+    tg.start_soon(node.consumer_timeout_loop)
+    tg.start_soon(node.gray.run)
+    tg.start_soon(node.routes.run)
+    tg.start_soon(node.breakers.run)
+    tg.start_soon(node.group_mover.run)
+    tg.start_soon(node.autoscaler.run)
+    if link is not None:
+        tg.start_soon(link.run, position)
+        tg.start_soon(report_progress, node.all_queues)
+
+
+async def _accept_loop(
+    tg: TaskGroup,
+    node: Node,
+    socket_listener: SocketListener,
+    tls_context: ReloadingContext | None = None,
+) -> None:
+    # Connections run in the outer group so that closing the listener stops
+    # accepting without cutting them off: they get their 320 close first.
+    while True:
+        try:
+            stream = await socket_listener.accept()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return
+        if tls_context is None:
+            tg.start_soon(serve_connection, node, stream)
+        else:  # the handshake runs in the connection's task, not here
+            tg.start_soon(serve_tls_connection, node, stream, tls_context)
+
+
+def _log_ready(
+    node: Node,
+    settings: GatewaySettings,
+    listener: MultiListener[SocketStream],
+    tls_listener: MultiListener[SocketStream] | None,
+    admin_port: int,
+    admin_https: bool,
+) -> None:
+    """The one line that says the gateway is serving, and where."""
+    https = " (https)" if admin_https else ""
+    what = (
+        f"metadata {settings.meta}, gateway {node.name}"
+        if node.cluster is not None
+        else f"data in {settings.data_dir} (flush {settings.flush.value})"
+    )
+    _log_hot_paths()
+    log.info(
+        "mqgw %s ready: AMQP on %s, admin on %s, %s%s",
+        "cluster gateway" if node.cluster is not None else "embedded node",
+        describe(listener),
+        f"{settings.admin_host}:{admin_port}{https}" if admin_port else "off",
+        f"AMQPS on {describe(tls_listener)}, " if tls_listener else "",
+        what,
+    )
 
 
 def _log_hot_paths() -> None:

@@ -149,7 +149,7 @@ async def _replicated(
 
     from meta.groups.timing import ControllerConfig
     from storage.broker.replicated import serve_replicated_broker
-    from storage.replication.replicated_store import ReplicationMode, ReplicationSettings
+    from storage.replication.settings import ReplicationMode, ReplicationSettings
 
     settings = ReplicationSettings(
         group=args.group,

@@ -320,28 +320,40 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def add_cluster_commands(commands: Any) -> None:
-    from localcluster.layout import DEFAULT_TIMEOUT_S  # light: keeps `mqgw serve` fast
-
     cluster = commands.add_parser(
         "cluster",
         help="a local cluster: redis, brokers and gateways as processes (D/cluster.json)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     cmds = cluster.add_subparsers(dest="command", required=True)
+    _add_up(cmds)
+    _add_add_group(cmds)
+    _add_member_commands(cmds)
 
-    def sub(name: str, text: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = cmds.add_parser(name, help=text, description=text)
-        parser.add_argument(
-            "--dir", type=Path, required=True, metavar="D", help="the cluster's directory"
-        )
-        return parser
+    from mqgw_cli.group_commands import add_group_commands
 
-    def timeout(parser: argparse.ArgumentParser, text: str) -> None:
-        parser.add_argument(
-            "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help=text
-        )
+    add_group_commands(cmds)
 
-    up = sub("up", "start redis, controllers, brokers and gateways; wait until all are ready")
+
+def _sub(cmds: Any, name: str, text: str) -> argparse.ArgumentParser:
+    """A `mqgw cluster NAME` parser with the --dir every cluster subcommand takes."""
+    parser: argparse.ArgumentParser = cmds.add_parser(name, help=text, description=text)
+    parser.add_argument(
+        "--dir", type=Path, required=True, metavar="D", help="the cluster's directory"
+    )
+    return parser
+
+
+def _timeout(parser: argparse.ArgumentParser, text: str) -> None:
+    from localcluster.layout import DEFAULT_TIMEOUT_S  # light: keeps `mqgw serve` fast
+
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help=text)
+
+
+def _add_up(cmds: Any) -> None:
+    up = _sub(
+        cmds, "up", "start redis, controllers, brokers and gateways; wait until all are ready"
+    )
     up.add_argument("--gateways", type=int, default=1, metavar="N", help="gateways (default 1)")
     up.add_argument("--groups", type=int, default=1, metavar="G", help="broker groups (default 1)")
     up.add_argument(
@@ -365,11 +377,15 @@ def add_cluster_commands(commands: Any) -> None:
         help="where messages are kept: mqgw brokers (default), or a local RocketMQ in D/rocketmq "
         "(`mqgw rocketmq up`'s processes, --replicas R brokers) the gateways use as --store",
     )
-    timeout(up, "seconds each process has to become ready (default 30)")
+    _timeout(up, "seconds each process has to become ready (default 30)")
     up.set_defaults(func=_up)
 
-    add_group = sub(
-        "add-group", "start one more broker group g<N+1> in the running cluster; wait until ready"
+
+def _add_add_group(cmds: Any) -> None:
+    add_group = _sub(
+        cmds,
+        "add-group",
+        "start one more broker group g<N+1> in the running cluster; wait until ready",
     )
     add_group.add_argument(
         "--replicas",
@@ -378,32 +394,33 @@ def add_cluster_commands(commands: Any) -> None:
         metavar="R",
         help="brokers in the group (default 1); 2 or more: replicated, needs a controller",
     )
-    timeout(add_group, "seconds each broker has to become ready (default 30)")
+    _timeout(add_group, "seconds each broker has to become ready (default 30)")
     add_group.set_defaults(func=_add_group)
 
-    status = sub("status", "each process: running? healthy? (exit 1 if any is not)")
+
+def _add_member_commands(cmds: Any) -> None:
+    """status, stop, start and down: the running cluster's processes."""
+    status = _sub(cmds, "status", "each process: running? healthy? (exit 1 if any is not)")
     status.add_argument("--json", action="store_true", help="JSON for machines")
     status.set_defaults(func=_status)
 
-    stop = sub("stop", "stop one process (SIGTERM, then SIGKILL after --timeout)")
+    stop = _sub(cmds, "stop", "stop one process (SIGTERM, then SIGKILL after --timeout)")
     stop.add_argument(
         "name", metavar="NAME", help="as in cluster.json: redis, c1, broker-g1-0, gw1"
     )
     stop.add_argument("--kill", action="store_true", help="SIGKILL at once (a crash)")
-    timeout(stop, "seconds to wait after SIGTERM before SIGKILL (default 30)")
+    _timeout(stop, "seconds to wait after SIGTERM before SIGKILL (default 30)")
     stop.set_defaults(func=_stop)
 
-    start = sub("start", "start one stopped process again: same data, same ports")
+    start = _sub(cmds, "start", "start one stopped process again: same data, same ports")
     start.add_argument(
         "name", metavar="NAME", help="as in cluster.json: redis, c1, broker-g1-0, gw1"
     )
-    timeout(start, "seconds it has to become ready (default 30)")
+    _timeout(start, "seconds it has to become ready (default 30)")
     start.set_defaults(func=_start)
 
-    down = sub("down", "stop everything: watcher, gateways, brokers, controllers, RocketMQ, redis")
-    timeout(down, "seconds each tier has after SIGTERM before SIGKILL (default 30)")
+    down = _sub(
+        cmds, "down", "stop everything: watcher, gateways, brokers, controllers, RocketMQ, redis"
+    )
+    _timeout(down, "seconds each tier has after SIGTERM before SIGKILL (default 30)")
     down.set_defaults(func=_down)
-
-    from mqgw_cli.group_commands import add_group_commands
-
-    add_group_commands(cmds)

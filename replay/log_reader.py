@@ -32,7 +32,7 @@ from meta.redis_store import RedisMetadataStore
 from storage.log.check import find_store_dir, record_limit
 from storage.log.commit_log import CommitLog
 from storage.log.file_system import FileSystem
-from storage.log.log_store import read_layout
+from storage.log.opening import read_layout
 from storage.record import COPY_MAGIC, DEST_SIZE, HEADER, HEADER_SIZE, decode_destinations
 
 

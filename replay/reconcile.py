@@ -108,10 +108,7 @@ def expected_routes(
 def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
     started = time.monotonic()
     run = _run_document(options)
-    run_options = run.get("options", {})
-    order_key = options.order_key or run_options.get("order_key") or "channel"
-    from_ms = options.from_ms if options.from_ms is not None else run_options.get("from_ms")
-    to_ms = options.to_ms if options.to_ms is not None else run_options.get("to_ms")
+    order_key, from_ms, to_ms = _run_settings(options, run.get("options", {}))
     capture = load_capture(spark, options.capture, options.fmt, from_ms, to_ms).cache()
     planned = plan_messages(capture, order_key).cache()
     names = target_queue_names(options.store)
@@ -127,56 +124,9 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
     target_queues = {q.name for q in names.values()}
     expected = expected_routes(planned, target_queues, arrived, int(counts["unlisted"]))
 
-    copies = arrived.groupBy("capture_id", "queue").agg(
-        sf.count("*").alias("copies"),
-        sf.min_by("broker_group", "offset").alias("broker_group"),
-        sf.min("offset").alias("offset"),
-    )
-    matched = expected.withColumn("expected", sf.lit(True)).join(
-        copies, ["capture_id", "queue"], "full_outer"
-    )
-    matched = matched.withColumn(
-        "kind",
-        sf.when(sf.col("expected").isNull(), "misrouted")
-        .when(sf.col("copies").isNull(), "missing")
-        .otherwise("arrived"),
-    ).cache()
-    per_queue = (
-        matched.groupBy("queue")
-        .agg(
-            sf.sum(sf.col("expected").isNotNull().cast("long")).alias("expected"),
-            sf.sum((sf.col("kind") == "arrived").cast("long")).alias("arrived"),
-            sf.sum((sf.col("kind") == "missing").cast("long")).alias("missing"),
-            sf.sum((sf.col("copies") > 1).cast("long")).alias("duplicated"),
-            sf.sum((sf.col("kind") == "misrouted").cast("long")).alias("misrouted"),
-        )
-        .collect()
-    )
-    queues = {
-        str(r["queue"]): {k: int(r[k] or 0) for k in r.asDict() if k != "queue"} for r in per_queue
-    }
-    totals = {
-        k: sum(q[k] for q in queues.values())
-        for k in ("expected", "arrived", "missing", "duplicated", "misrouted")
-    }
-
-    first_arrivals = matched.filter(sf.col("kind") == "arrived").join(
-        planned.select("capture_id", "order_key", "key_seq"), "capture_id"
-    )
-    earlier = Window.partitionBy("queue", "order_key", "broker_group").orderBy("offset")
-    before = earlier.rowsBetween(Window.unboundedPreceding, -1)
-    ordered = first_arrivals.withColumn("after_seq", sf.max("key_seq").over(before))
-    violations = ordered.filter(sf.col("key_seq") < sf.col("after_seq")).cache()
-    violated = violations.agg(
-        sf.count("*").alias("n"), sf.countDistinct("queue", "order_key").alias("keys")
-    ).first()
-    assert violated is not None
-    order = {
-        "order_key": order_key,
-        "keys": int(counts["keys"]),
-        "violations": int(violated["n"]),
-        "keys_with_violations": int(violated["keys"]),
-    }
+    matched = _matched(expected, arrived)
+    queues, totals = _per_queue(matched)
+    violations, order = _order_check(matched, planned, order_key, int(counts["keys"]))
 
     content = _content_mismatches(planned, arrived)
     results = _results(spark, options.results or options.out)
@@ -203,27 +153,7 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
         "sends": _outcomes(results),
         "rates": rate_series(planned, results, run.get("plan") or {}),
         "discrepancies": {
-            "missing": _first(
-                matched.filter(sf.col("kind") == "missing"),
-                ["capture_id", "queue"],
-                count=totals["missing"],
-            ),
-            "duplicated": _first(
-                matched.filter(sf.col("copies") > 1),
-                ["capture_id", "queue", "copies"],
-                count=totals["duplicated"],
-            ),
-            "misrouted": _first(
-                matched.filter(sf.col("kind") == "misrouted"),
-                ["capture_id", "queue", "broker_group", "offset"],
-                count=totals["misrouted"],
-            ),
-            "out_of_order": _first(
-                violations,
-                ORDER_COLUMNS,
-                "offset",
-                int(violated["n"]),
-            ),
+            **_discrepancies(matched, violations, totals, order["violations"]),
             **content["first"],
             "malformed_lines": malformed_rows(capture, FIRST) if malformed else [],
         },
@@ -234,10 +164,121 @@ def reconcile(spark: SparkSession, options: ReconcileOptions) -> dict[str, Any]:
     for frame in (capture, planned, arrived, matched, violations, results):
         if frame is not None:
             frame.unpersist()
-    options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    (options.out / "report.html").write_text(render_html(report), encoding="utf-8")
+    _write_report(options.out, report)
     return report
+
+
+def _run_settings(
+    options: ReconcileOptions, run_options: dict[str, Any]
+) -> tuple[str, int | None, int | None]:
+    """The order key and capture window: as given, else the run's, else every message by
+    channel."""
+    order_key = options.order_key or run_options.get("order_key") or "channel"
+    from_ms = options.from_ms if options.from_ms is not None else run_options.get("from_ms")
+    to_ms = options.to_ms if options.to_ms is not None else run_options.get("to_ms")
+    return order_key, from_ms, to_ms
+
+
+def _matched(expected: DataFrame, arrived: DataFrame) -> DataFrame:
+    """Each expected or arrived (capture_id, queue): its copies, its first copy's place, and
+    its kind (arrived, missing or misrouted); cached."""
+    copies = arrived.groupBy("capture_id", "queue").agg(
+        sf.count("*").alias("copies"),
+        sf.min_by("broker_group", "offset").alias("broker_group"),
+        sf.min("offset").alias("offset"),
+    )
+    matched = expected.withColumn("expected", sf.lit(True)).join(
+        copies, ["capture_id", "queue"], "full_outer"
+    )
+    return matched.withColumn(
+        "kind",
+        sf.when(sf.col("expected").isNull(), "misrouted")
+        .when(sf.col("copies").isNull(), "missing")
+        .otherwise("arrived"),
+    ).cache()
+
+
+def _per_queue(matched: DataFrame) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """The counts of each queue, and their totals."""
+    per_queue = (
+        matched.groupBy("queue")
+        .agg(
+            sf.sum(sf.col("expected").isNotNull().cast("long")).alias("expected"),
+            sf.sum((sf.col("kind") == "arrived").cast("long")).alias("arrived"),
+            sf.sum((sf.col("kind") == "missing").cast("long")).alias("missing"),
+            sf.sum((sf.col("copies") > 1).cast("long")).alias("duplicated"),
+            sf.sum((sf.col("kind") == "misrouted").cast("long")).alias("misrouted"),
+        )
+        .collect()
+    )
+    queues = {
+        str(r["queue"]): {k: int(r[k] or 0) for k in r.asDict() if k != "queue"} for r in per_queue
+    }
+    totals = {
+        k: sum(q[k] for q in queues.values())
+        for k in ("expected", "arrived", "missing", "duplicated", "misrouted")
+    }
+    return queues, totals
+
+
+def _order_check(
+    matched: DataFrame, planned: DataFrame, order_key: str, keys: int
+) -> tuple[DataFrame, dict[str, Any]]:
+    """First arrivals stored after a later message of their key, in the same queue and
+    broker group's log (cached), and the report's ``order`` section."""
+    first_arrivals = matched.filter(sf.col("kind") == "arrived").join(
+        planned.select("capture_id", "order_key", "key_seq"), "capture_id"
+    )
+    earlier = Window.partitionBy("queue", "order_key", "broker_group").orderBy("offset")
+    before = earlier.rowsBetween(Window.unboundedPreceding, -1)
+    ordered = first_arrivals.withColumn("after_seq", sf.max("key_seq").over(before))
+    violations = ordered.filter(sf.col("key_seq") < sf.col("after_seq")).cache()
+    violated = violations.agg(
+        sf.count("*").alias("n"), sf.countDistinct("queue", "order_key").alias("keys")
+    ).first()
+    assert violated is not None
+    order = {
+        "order_key": order_key,
+        "keys": keys,
+        "violations": int(violated["n"]),
+        "keys_with_violations": int(violated["keys"]),
+    }
+    return violations, order
+
+
+def _discrepancies(
+    matched: DataFrame, violations: DataFrame, totals: dict[str, int], violation_count: int
+) -> dict[str, list[dict[str, Any]]]:
+    """The first missing, duplicated, misrouted and out-of-order messages."""
+    return {
+        "missing": _first(
+            matched.filter(sf.col("kind") == "missing"),
+            ["capture_id", "queue"],
+            count=totals["missing"],
+        ),
+        "duplicated": _first(
+            matched.filter(sf.col("copies") > 1),
+            ["capture_id", "queue", "copies"],
+            count=totals["duplicated"],
+        ),
+        "misrouted": _first(
+            matched.filter(sf.col("kind") == "misrouted"),
+            ["capture_id", "queue", "broker_group", "offset"],
+            count=totals["misrouted"],
+        ),
+        "out_of_order": _first(
+            violations,
+            ORDER_COLUMNS,
+            "offset",
+            violation_count,
+        ),
+    }
+
+
+def _write_report(out: Path, report: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (out / "report.html").write_text(render_html(report), encoding="utf-8")
 
 
 def _first(

@@ -23,7 +23,7 @@ from typing import Any
 import pika
 import pika.exceptions
 from pyspark import InheritableThread
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as sf
 
 from replay.key_spread import SEND_COLUMNS, spread_keys
@@ -163,32 +163,9 @@ def run_replay(
     """Replay ``options.capture``; ``stop`` set (Ctrl-C) ends it after the messages in flight."""
     check_target(options.target)
     out = options.out
-    out.mkdir(parents=True, exist_ok=True)
-    if not options.resume:
-        shutil.rmtree(out / "results.parquet", ignore_errors=True)
-    shutil.rmtree(out / "progress", ignore_errors=True)
-    (out / "STOP").unlink(missing_ok=True)
+    _prepare_out_dir(out, options.resume)
     summary = RunSummary()
-    capture = load_capture(spark, options.capture, options.fmt, options.from_ms, options.to_ms)
-    capture = capture.cache()
-    summary.malformed = malformed_rows(capture)
-    planned = plan_messages(capture, options.order_key)
-    done = confirmed_ids(spark, out) if options.resume else None
-    if done is not None:
-        planned = planned.join(done, "capture_id", "left_anti")
-    planned = planned.cache()
-    stats = planned.agg(
-        sf.count("*").alias("n"),
-        sf.min("sched_ms").alias("t0"),
-        sf.countDistinct("order_key").alias("keys"),
-        sf.collect_set("exchange").alias("exchanges"),
-    ).first()
-    assert stats is not None
-    summary.messages = int(stats["n"])
-    if done is not None:
-        good = capture.filter(sf.col("error").isNull()).count()
-        summary.skipped_confirmed = good - summary.messages
-    capture.unpersist()
+    planned, stats = _plan_run(spark, options, summary)
     if summary.messages == 0:
         planned.unpersist()
         _write_run(out, options, summary, None)
@@ -215,6 +192,64 @@ def run_replay(
     )
     job = ordered.mapInArrow(lambda batches: send_partition(plan, batches), SUMMARY_DDL)
     started = time.monotonic()
+    results, failure = _run_job(job, out, summary.messages, progress, stop)
+    ordered.unpersist()
+    if failure:
+        raise failure[0]
+    _add_results(summary, results)
+    summary.seconds = time.monotonic() - started
+    _write_run(out, options, summary, plan)
+    return summary
+
+
+def _prepare_out_dir(out: Path, resume: bool) -> None:
+    """The output dir, without a previous run's progress files and stop request (and, unless
+    resuming, without its results)."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        shutil.rmtree(out / "results.parquet", ignore_errors=True)
+    shutil.rmtree(out / "progress", ignore_errors=True)
+    (out / "STOP").unlink(missing_ok=True)
+
+
+def _plan_run(
+    spark: SparkSession, options: RunOptions, summary: RunSummary
+) -> tuple[DataFrame, Row]:
+    """The messages to send (cached; without those a resumed run had confirmed) and their
+    count, first schedule time, keys and exchanges; fills in the summary's messages,
+    malformed lines and skipped messages."""
+    capture = load_capture(spark, options.capture, options.fmt, options.from_ms, options.to_ms)
+    capture = capture.cache()
+    summary.malformed = malformed_rows(capture)
+    planned = plan_messages(capture, options.order_key)
+    done = confirmed_ids(spark, options.out) if options.resume else None
+    if done is not None:
+        planned = planned.join(done, "capture_id", "left_anti")
+    planned = planned.cache()
+    stats = planned.agg(
+        sf.count("*").alias("n"),
+        sf.min("sched_ms").alias("t0"),
+        sf.countDistinct("order_key").alias("keys"),
+        sf.collect_set("exchange").alias("exchanges"),
+    ).first()
+    assert stats is not None
+    summary.messages = int(stats["n"])
+    if done is not None:
+        good = capture.filter(sf.col("error").isNull()).count()
+        summary.skipped_confirmed = good - summary.messages
+    capture.unpersist()
+    return planned, stats
+
+
+def _run_job(
+    job: DataFrame,
+    out: Path,
+    total: int,
+    progress: Callable[[dict[str, Any]], None] | None,
+    stop: threading.Event | None,
+) -> tuple[list[Any], list[BaseException]]:
+    """Collect the send job in a thread while this one passes a stop request on to the tasks
+    (the STOP file) and reports progress; the tasks' summary rows, and the job's failure."""
     results: list[Any] = []
     failure: list[BaseException] = []
 
@@ -232,19 +267,18 @@ def run_replay(
         if stop is not None and stop.is_set() and not (out / "STOP").exists():
             (out / "STOP").write_text("stop requested\n")
         if progress is not None:
-            progress(read_progress(out, summary.messages))
-    ordered.unpersist()
-    if failure:
-        raise failure[0]
+            progress(read_progress(out, total))
+    return results, failure
+
+
+def _add_results(summary: RunSummary, results: list[Any]) -> None:
+    """The tasks' summary rows added into ``summary``."""
     for row in results:
         for name in ("sent", "confirmed", "nacked", "returned", "errors"):
             setattr(summary, name, getattr(summary, name) + int(row[name]))
         summary.stopped = summary.stopped or bool(row["stopped"])
         if row["failure"]:
             summary.failures.append(str(row["failure"]))
-    summary.seconds = time.monotonic() - started
-    _write_run(out, options, summary, plan)
-    return summary
 
 
 def read_progress(out: Path, total: int) -> dict[str, Any]:

@@ -12,7 +12,8 @@ Public surface (everything else is internal):
 """
 
 from storage.broker.server import serve_broker
-from storage.clients.remote import BrokerUnavailable, RemoteStore, connect_remote_store
+from storage.clients.link import BrokerUnavailable
+from storage.clients.remote import RemoteStore, connect_remote_store
 from storage.config import FlushPolicy, StoreConfig
 from storage.errors import (
     CorruptionError,

@@ -196,15 +196,8 @@ def encode_chunk(
             payload = b"".join((tail, dest_bytes, exchange, routing_key, properties, body))
             buf += head_pack(size, MESSAGE_MAGIC, crc32(payload))
             buf += payload
-        else:
-            # A large body is copied once, into the chunk: joining it into a payload first
-            # would hold it three times at once (a 512 MiB message: 1.5 GiB).
-            crc = crc32(tail)
-            for part in (dest_bytes, exchange, routing_key, properties, body):
-                crc = crc32(part, crc)
-            buf += head_pack(size, MESSAGE_MAGIC, crc)
-            for part in (tail, dest_bytes, exchange, routing_key, properties, body):
-                buf += part
+        else:  # a call per large record only: small ones stay inline above
+            _add_large(buf, size, (tail, dest_bytes, exchange, routing_key, properties, body))
         if dests:
             if (
                 run is None
@@ -218,6 +211,20 @@ def encode_chunk(
             offsets.append(offset)
         offset += size
     return EncodedChunk(start_offset, buf, len(records) - first)
+
+
+def _add_large(buf: bytearray, size: int, parts: tuple[bytes | bytearray, ...]) -> None:
+    """Add a record with a large body to ``buf``, checksummed and copied part by part.
+
+    A large body is copied once, into the chunk: joining it into a payload first would hold
+    it three times at once (a 512 MiB message: 1.5 GiB).
+    """
+    crc = zlib.crc32(parts[0])
+    for part in parts[1:]:
+        crc = zlib.crc32(part, crc)
+    buf += HEAD.pack(size, MESSAGE_MAGIC, crc)
+    for part in parts:
+        buf += part
 
 
 def encode_blank(

@@ -56,6 +56,12 @@ def _subscribe(conn: RawConnection, plan: ConsumePlan) -> dict[bytes, int]:
     return tags
 
 
+def _recv_timeout_s(plan: ConsumePlan) -> float:
+    """How long a receive may block: short enough for the paced consumer to ack on time and
+    for the loop to see stop, deadline and snapshot a few times a second."""
+    return min(0.05, plan.ack_interval_s) if plan.ack_interval_s else 0.1
+
+
 def consume(plan: ConsumePlan, link: WorkerLink) -> dict[str, Any]:
     conn = RawConnection(plan.url)
     tags = _subscribe(conn, plan)
@@ -72,7 +78,7 @@ def consume(plan: ConsumePlan, link: WorkerLink) -> dict[str, Any]:
     sock, parser = conn.sock, conn.parser
     deliveries = parser.deliveries
     now_ns = time.monotonic_ns
-    sock.settimeout(min(0.05, plan.ack_interval_s) if plan.ack_interval_s else 0.1)
+    sock.settimeout(_recv_timeout_s(plan))
     link.ready()
     check_at = 0.0
     while True:
@@ -130,11 +136,28 @@ def consume(plan: ConsumePlan, link: WorkerLink) -> dict[str, Any]:
             sock.sendall(b"".join(basic_ack(ch, tag, True) for ch, tag in to_ack.items()))
             to_ack.clear()
     conn.close()
+    return _report(
+        received, counts, snapshot, dups, unexpected, redelivered, latencies_us, first_ns, last_ns
+    )
+
+
+def _report(
+    received: int,
+    counts: list[int],
+    snapshot: list[int] | None,
+    duplicated: int,
+    unexpected: int,
+    redelivered: int,
+    latencies_us: array[int],
+    first_ns: int,
+    last_ns: int,
+) -> dict[str, Any]:
+    """What the worker sends back to the runner once its loop ends."""
     return {
         "received": received,
         "unique_per_queue": counts,
         "snapshot_per_queue": snapshot,
-        "duplicated": dups,
+        "duplicated": duplicated,
         "unexpected": unexpected,
         "redelivered": redelivered,
         "latencies_us": latencies_us.tobytes(),

@@ -19,7 +19,7 @@ from bench.load.runner import (
     percentiles_ms,
 )
 from bench.load.scenarios import Scenario, split_counts
-from bench.servers import tree_cpu_s, tree_rss_mb
+from bench.processes import tree_cpu_s, tree_rss_mb
 
 
 def run_scenario(scenario: Scenario, target: Target, scale: float, procs: int) -> dict[str, Any]:

@@ -27,7 +27,9 @@ from pathlib import Path
 
 from bench.cpu_cap import CapStats, CpuCap, describe
 from bench.load.runner import Target, console
-from bench.servers import GatewayServer, RabbitMQProcess, die_with_parent
+from bench.processes import die_with_parent
+from bench.rabbitmq_node import RabbitMQProcess
+from bench.servers import GatewayServer
 from localcluster import control
 from localcluster.layout import Member, Shape
 from localcluster.rocketmq import local

@@ -45,7 +45,7 @@ from bench.load.sides import (
     rabbitmq_side,
     rocketmq_side,
 )
-from bench.servers import tree_cpu_s
+from bench.processes import tree_cpu_s
 
 Rows = list[dict[str, dict[str, Any]]]  # per round: side name -> that run's result
 

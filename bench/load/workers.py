@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from bench.servers import die_with_parent
+from bench.processes import die_with_parent
 
 P = TypeVar("P")
 CONTEXT = multiprocessing.get_context("spawn")

@@ -172,23 +172,33 @@ def _visible_sessions(node: Node, user: User) -> list[Session]:
     return [s for s in list(node.sessions) if s.opened and (everything or s.user == user.name)]
 
 
+def _session_here(node: Node, name: str, user: User) -> Session | None:
+    for session in _visible_sessions(node, user):
+        if session.name == name and not session.closing:
+            return session
+    return None
+
+
+async def _connection_or_404(node: Node, name: str, user: User) -> dict[str, Any]:
+    session = _session_here(node, name, user)  # else another gateway's (cluster)
+    found = connection_json(node, session) if session is not None else None
+    found = found or await cluster_views.remote_one(node, user, "connections", name)
+    if found is None:
+        raise HTTPException(404, f"no connection '{name}'")
+    return found
+
+
 def routes(node: Node) -> APIRouter:
     router = APIRouter(route_class=SlashRoute)
     management = Depends(requires(MANAGEMENT, node))
+    _connection_routes(router, node, management)
+    _channel_routes(router, node, management)
+    _consumer_routes(router, node, management)
+    return router
 
-    def session_here(name: str, user: User) -> Session | None:
-        for session in _visible_sessions(node, user):
-            if session.name == name and not session.closing:
-                return session
-        return None
 
-    async def connection_or_404(name: str, user: User) -> dict[str, Any]:
-        session = session_here(name, user)  # else another gateway's (cluster)
-        found = connection_json(node, session) if session is not None else None
-        found = found or await cluster_views.remote_one(node, user, "connections", name)
-        if found is None:
-            raise HTTPException(404, f"no connection '{name}'")
-        return found
+def _connection_routes(router: APIRouter, node: Node, management: Any) -> None:
+    """Connections: listed, one read, one closed, and one's channels."""
 
     @router.get("/api/connections", summary="Open connections (a management user: its own)")
     async def connections(request: Request, user: User = management) -> Any:
@@ -198,7 +208,7 @@ def routes(node: Node) -> APIRouter:
 
     @router.get("/api/connections/{name}", summary="One connection")
     async def connection(request: Request, name: str, user: User = management) -> Any:
-        return pagination.one(request, await connection_or_404(name, user))
+        return pagination.one(request, await _connection_or_404(node, name, user))
 
     @router.delete(
         "/api/connections/{name}",
@@ -212,7 +222,7 @@ def routes(node: Node) -> APIRouter:
     ) -> Response:
         # rabbit_mgmt_wm_connection: the reason text is the header's, or this default.
         reason = x_reason or "Closed via management plugin"
-        session = session_here(name, user)
+        session = _session_here(node, name, user)
         if session is not None:
             session.conn.close(ConnectionForced(reason))
             session.mark_dirty()
@@ -222,15 +232,17 @@ def routes(node: Node) -> APIRouter:
 
     @router.get("/api/connections/{name}/channels", summary="The channels of one connection")
     async def connection_channels(request: Request, name: str, user: User = management) -> Any:
-        session = session_here(name, user)
+        session = _session_here(node, name, user)
         if session is not None:
             rows = [channel_json(node, c) for c in list(session.channels.values())]
         else:
-            await connection_or_404(name, user)  # another gateway's, or 404
+            await _connection_or_404(node, name, user)  # another gateway's, or 404
             found = await cluster_views.remote(node, user, "channels")
             rows = [c for c in found if (c.get("connection_details") or {}).get("name") == name]
         return pagination.apply(request, rows, ("name",))
 
+
+def _channel_routes(router: APIRouter, node: Node, management: Any) -> None:
     @router.get("/api/channels", summary="Open channels (a management user: its own)")
     async def channels(request: Request, user: User = management) -> Any:
         rows = [
@@ -252,6 +264,8 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(404, f"no channel '{name}'")
         return pagination.one(request, found)
 
+
+def _consumer_routes(router: APIRouter, node: Node, management: Any) -> None:
     @router.get("/api/consumers", summary="Every consumer (of the vhosts the user may see)")
     async def consumers(request: Request, user: User = management) -> Any:
         rows = _consumers(node, user, None) + await cluster_views.remote_consumers(node, user, None)
@@ -264,5 +278,3 @@ def routes(node: Node) -> APIRouter:
         rows = _consumers(node, user, vhost)
         rows += await cluster_views.remote_consumers(node, user, vhost)
         return pagination.apply(request, rows, ("consumer_tag",))
-
-    return router

@@ -49,15 +49,18 @@ def control_json(control: ConsumptionControl, controls: Controls) -> dict[str, A
     return found
 
 
-def routes(node: Node) -> APIRouter:
-    router = APIRouter(route_class=SlashRoute)
-    monitoring = Depends(requires(MONITORING, node))
-    administrator = Depends(requires(ADMINISTRATOR, node))
-    controls = node.controls
+class _ScopeControls:
+    """What every scope's endpoints do with the node's controls: check that the scope names
+    something, then read, merge into or clear its control."""
 
-    async def checked(key: Key, user: User) -> Key:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.controls = node.controls
+
+    async def checked(self, key: Key, user: User) -> Key:
         """404 for a scope that names nothing the cluster knows (clients may come later);
         a node or a connection may be another live gateway's (its gateway applies it)."""
+        node = self.node
         scope, vhost, name = key
         if scope == "node" and name != node.name:
             others = [v.get("node", {}).get("name") for v in await cluster_views.elsewhere(node)]
@@ -81,7 +84,7 @@ def routes(node: Node) -> APIRouter:
                 raise HTTPException(404, f"no queue '{name}' in vhost '{vhost}'")
         return key
 
-    async def put(key: Key, body: ControlBody, user: User) -> Response | dict[str, Any]:
+    async def put(self, key: Key, body: ControlBody, user: User) -> Response | dict[str, Any]:
         changes = body.model_dump(include=body.model_fields_set)
         if not changes:
             raise HTTPException(
@@ -92,21 +95,39 @@ def routes(node: Node) -> APIRouter:
         if key[0] == "queue" and {"publish_rate_msgs", "publish_rate_bytes"} & set(changes):
             raise HTTPException(400, "publish rates apply to global, node, vhost, client and"
                                 " connection scopes, not to a queue")  # fmt: skip
-        control = await controls.update(await checked(key, user), changes, user.name)
+        control = await self.controls.update(await self.checked(key, user), changes, user.name)
         if control.is_empty:
             return Response(status_code=204)
-        return control_json(control, controls)
+        return control_json(control, self.controls)
 
-    async def delete(key: Key) -> Response:
-        if not await controls.clear(key):
+    async def delete(self, key: Key) -> Response:
+        if not await self.controls.clear(key):
             raise HTTPException(404, "no control at this scope")
         return Response(status_code=204)
 
-    def get(key: Key) -> dict[str, Any]:
-        control = controls.get(key)
+    def get(self, key: Key) -> dict[str, Any]:
+        control = self.controls.get(key)
         if control is None:
             raise HTTPException(404, "no control at this scope")
-        return control_json(control, controls)
+        return control_json(control, self.controls)
+
+
+def routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    monitoring = Depends(requires(MONITORING, node))
+    administrator = Depends(requires(ADMINISTRATOR, node))
+    scopes = _ScopeControls(node)
+    _global_routes(router, scopes, monitoring, administrator)
+    _named_scope_routes(router, scopes, monitoring, administrator)
+    _vhost_and_queue_routes(router, scopes, monitoring, administrator)
+    return router
+
+
+def _global_routes(
+    router: APIRouter, scopes: _ScopeControls, monitoring: Any, administrator: Any
+) -> None:
+    """The list of every control, then the global scope's GET/PUT/DELETE."""
+    controls = scopes.controls
 
     @router.get("/api/controls", summary="Every consumption control in force")
     async def list_controls(_user: User = monitoring) -> list[dict[str, Any]]:
@@ -115,7 +136,7 @@ def routes(node: Node) -> APIRouter:
     # One GET/PUT/DELETE triple per scope; the path says which.
     @router.get("/api/controls/global", summary="The global control")
     async def get_global(_user: User = monitoring) -> dict[str, Any]:
-        return get(key_of("global"))
+        return scopes.get(key_of("global"))
 
     @router.put(
         "/api/controls/global",
@@ -125,18 +146,24 @@ def routes(node: Node) -> APIRouter:
     async def put_global(
         body: Annotated[ControlBody, Body()], user: User = administrator
     ) -> Response | dict[str, Any]:
-        return await put(key_of("global"), body, user)
+        return await scopes.put(key_of("global"), body, user)
 
     @router.delete("/api/controls/global", status_code=204, summary="Clear the global control")
     async def delete_global(_user: User = administrator) -> Response:
-        return await delete(key_of("global"))
+        return await scopes.delete(key_of("global"))
+
+
+def _named_scope_routes(
+    router: APIRouter, scopes: _ScopeControls, monitoring: Any, administrator: Any
+) -> None:
+    """The node, client and connection scopes: each named by one string."""
 
     def add_named_scope(segment: str, scope: ControlScope, what: str) -> None:
         """GET/PUT/DELETE /api/controls/{segment}/{name} for a scope named by one string."""
 
         @router.get(f"/api/controls/{segment}/{{name}}", summary=f"The control of {what}")
         async def get_named(name: str, _user: User = monitoring) -> dict[str, Any]:
-            return get(key_of(scope, name=name))
+            return scopes.get(key_of(scope, name=name))
 
         @router.put(
             f"/api/controls/{segment}/{{name}}",
@@ -146,13 +173,13 @@ def routes(node: Node) -> APIRouter:
         async def put_named(
             name: str, body: Annotated[ControlBody, Body()], user: User = administrator
         ) -> Response | dict[str, Any]:
-            return await put(key_of(scope, name=name), body, user)
+            return await scopes.put(key_of(scope, name=name), body, user)
 
         @router.delete(
             f"/api/controls/{segment}/{{name}}", status_code=204, summary=f"Clear {what}'s"
         )
         async def delete_named(name: str, _user: User = administrator) -> Response:
-            return await delete(key_of(scope, name=name))
+            return await scopes.delete(key_of(scope, name=name))
 
     add_named_scope("nodes", "node", "one gateway node")
     add_named_scope(
@@ -162,9 +189,13 @@ def routes(node: Node) -> APIRouter:
     )
     add_named_scope("connections", "connection", "one open connection ('127.0.0.1:51234 -> …')")
 
+
+def _vhost_and_queue_routes(
+    router: APIRouter, scopes: _ScopeControls, monitoring: Any, administrator: Any
+) -> None:
     @router.get("/api/controls/vhosts/{vhost}", summary="A vhost's control")
     async def get_vhost(vhost: str, _user: User = monitoring) -> dict[str, Any]:
-        return get(key_of("vhost", vhost))
+        return scopes.get(key_of("vhost", vhost))
 
     @router.put(
         "/api/controls/vhosts/{vhost}",
@@ -174,15 +205,15 @@ def routes(node: Node) -> APIRouter:
     async def put_vhost(
         vhost: str, body: Annotated[ControlBody, Body()], user: User = administrator
     ) -> Response | dict[str, Any]:
-        return await put(key_of("vhost", vhost), body, user)
+        return await scopes.put(key_of("vhost", vhost), body, user)
 
     @router.delete("/api/controls/vhosts/{vhost}", status_code=204, summary="Clear it")
     async def delete_vhost(vhost: str, _user: User = administrator) -> Response:
-        return await delete(key_of("vhost", vhost))
+        return await scopes.delete(key_of("vhost", vhost))
 
     @router.get("/api/controls/queues/{vhost}/{name}", summary="A queue's control")
     async def get_queue(vhost: str, name: str, _user: User = monitoring) -> dict[str, Any]:
-        return get(key_of("queue", vhost, name))
+        return scopes.get(key_of("queue", vhost, name))
 
     @router.put(
         "/api/controls/queues/{vhost}/{name}",
@@ -192,10 +223,8 @@ def routes(node: Node) -> APIRouter:
     async def put_queue(
         vhost: str, name: str, body: Annotated[ControlBody, Body()], user: User = administrator
     ) -> Response | dict[str, Any]:
-        return await put(key_of("queue", vhost, name), body, user)
+        return await scopes.put(key_of("queue", vhost, name), body, user)
 
     @router.delete("/api/controls/queues/{vhost}/{name}", status_code=204, summary="Clear it")
     async def delete_queue(vhost: str, name: str, _user: User = administrator) -> Response:
-        return await delete(key_of("queue", vhost, name))
-
-    return router
+        return await scopes.delete(key_of("queue", vhost, name))

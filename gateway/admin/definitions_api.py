@@ -144,19 +144,25 @@ class ImportRun:
         return summary
 
 
-def routes(node: Node) -> APIRouter:
-    router = APIRouter(route_class=SlashRoute)
-    administrator = Depends(requires(ADMINISTRATOR, node))
-    one_at_a_time = asyncio.Lock()  # the admin API runs on asyncio only
-    jobs: set[asyncio.Task[dict[str, Any]]] = set()
+class _Imports:
+    """The node's definitions imports: one at a time, each in a task of its own that is kept
+    until it ends, and answered as a summary or as a stream of progress lines."""
 
-    async def start_import(body: bytes, vhost: str | None) -> tuple[ImportRun, asyncio.Task[Any]]:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.one_at_a_time = asyncio.Lock()  # the admin API runs on asyncio only
+        self.jobs: set[asyncio.Task[dict[str, Any]]] = set()
+
+    async def start_import(
+        self, body: bytes, vhost: str | None
+    ) -> tuple[ImportRun, asyncio.Task[Any]]:
         """Check the document, then apply it in a task of its own (a client that goes away
         does not cut an import in half). 400 if the document is refused."""
+        node = self.node
         checked: asyncio.Future[ImportRun] = asyncio.get_running_loop().create_future()
 
         async def job() -> dict[str, Any]:
-            async with one_at_a_time:
+            async with self.one_at_a_time:
                 try:
                     document = parse_definitions(body)
                     plan = await plan_import(
@@ -174,8 +180,8 @@ def routes(node: Node) -> APIRouter:
                 return await run.apply()
 
         task = asyncio.get_running_loop().create_task(job())
-        jobs.add(task)
-        task.add_done_callback(_finished)
+        self.jobs.add(task)
+        task.add_done_callback(self._finished)
         try:
             run = await checked
         except DefinitionsError as error:
@@ -185,15 +191,17 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(400, error.detail) from None
         return run, task
 
-    def _finished(task: asyncio.Task[dict[str, Any]]) -> None:
-        jobs.discard(task)
+    def _finished(self, task: asyncio.Task[dict[str, Any]]) -> None:
+        self.jobs.discard(task)
         error = None if task.cancelled() else task.exception()
         if error is not None:
             log.error("definitions import failed: %s", error, exc_info=error)
 
-    async def import_response(request: Request, vhost: str | None, progress: bool) -> Response:
+    async def import_response(
+        self, request: Request, vhost: str | None, progress: bool
+    ) -> Response:
         body = await request.body()
-        run, task = await start_import(body, vhost)
+        run, task = await self.start_import(body, vhost)
         if progress:
             return StreamingResponse(_progress_lines(run, task), media_type="application/x-ndjson")
         try:
@@ -202,6 +210,19 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(500, str(error)) from None
         return JSONResponse(summary)
 
+
+def routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    administrator = Depends(requires(ADMINISTRATOR, node))
+    imports = _Imports(node)
+    _all_vhosts_routes(router, node, imports, administrator)
+    _one_vhost_routes(router, node, imports, administrator)
+    return router
+
+
+def _all_vhosts_routes(
+    router: APIRouter, node: Node, imports: _Imports, administrator: Any
+) -> None:
     @router.get("/api/definitions", summary="Export every definition (RabbitMQ 3.10 format)")
     async def export_all(download: str | None = None, _user: User = administrator) -> Response:
         return _document(await export_definitions(node.meta), download)
@@ -210,8 +231,10 @@ def routes(node: Node) -> APIRouter:
     async def import_all(
         request: Request, progress: bool = False, _user: User = administrator
     ) -> Response:
-        return await import_response(request, None, progress)
+        return await imports.import_response(request, None, progress)
 
+
+def _one_vhost_routes(router: APIRouter, node: Node, imports: _Imports, administrator: Any) -> None:
     @router.get("/api/definitions/{vhost}", summary="Export one vhost's definitions")
     async def export_vhost(
         vhost: str, download: str | None = None, _user: User = administrator
@@ -226,9 +249,7 @@ def routes(node: Node) -> APIRouter:
     ) -> Response:
         if vhost not in node.vhosts:
             raise HTTPException(404, "vhost_not_found")
-        return await import_response(request, vhost, progress)
-
-    return router
+        return await imports.import_response(request, vhost, progress)
 
 
 def _document(document: dict[str, Any], download: str | None) -> Response:

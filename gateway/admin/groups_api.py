@@ -31,6 +31,7 @@ from meta.models import User
 if TYPE_CHECKING:
     from gateway.cluster.placement import QueuePlacement
     from gateway.node import Node
+    from gateway.queues.runtime import QueueRuntime
 
 
 def _number(body: dict[str, Any], key: str, default: float, low: float = 0.0) -> float:
@@ -40,27 +41,47 @@ def _number(body: dict[str, Any], key: str, default: float, low: float = 0.0) ->
     return float(value)
 
 
-def routes(node: Node) -> APIRouter:
-    router = APIRouter(route_class=SlashRoute)
-    administrator = Depends(requires(ADMINISTRATOR, node))
+class _GroupChecks:
+    """The checks every endpoint starts with: the cluster's placement (400 on the embedded
+    node), the live groups, and no other move job running (409)."""
 
-    def placement() -> QueuePlacement:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def placement(self) -> QueuePlacement:
+        node = self.node
         placement = node.cluster.placement if node.cluster is not None else None
         if placement is None:
             raise HTTPException(400, "no broker groups on the embedded node")
         return placement
 
-    def live_groups() -> list[str]:
-        placed = placement()
+    def live_groups(self) -> list[str]:
+        placed = self.placement()
         return [g for g in placed.live() if g in placed.groups]
 
-    def idle() -> None:
-        if node.group_mover.busy():
+    def idle(self) -> None:
+        if self.node.group_mover.busy():
             raise HTTPException(409, "a move job is running (GET /api/cluster/moves)")
+
+
+def routes(node: Node) -> APIRouter:
+    router = APIRouter(route_class=SlashRoute)
+    administrator = Depends(requires(ADMINISTRATOR, node))
+    checks = _GroupChecks(node)
+    _balance_routes(router, node, checks, administrator)
+    _drain_routes(router, node, checks, administrator)
+    _retire_route(router, node, checks, administrator)
+    return router
+
+
+def _balance_routes(
+    router: APIRouter, node: Node, checks: _GroupChecks, administrator: Any
+) -> None:
+    """The groups' shares of the traffic, and the rebalance that evens them out."""
 
     @router.get("/api/cluster/shares", summary="Each broker group's share of the traffic")
     async def group_shares(window_s: float = 1.0, user: User = administrator) -> dict[str, Any]:
-        groups = live_groups()
+        groups = checks.live_groups()
         loads = await measure(node.hosted_queues, min(max(window_s, 0.0), 30.0))
         totals = shares(loads, groups)
         return {
@@ -79,19 +100,23 @@ def routes(node: Node) -> APIRouter:
         window = min(_number(body, "window_s", 1.0), 30.0)
         tolerance = _number(body, "tolerance", 0.1)
         per_minute = _number(body, "per_minute", 60.0, low=0.1)
-        groups = live_groups()
-        idle()
+        groups = checks.live_groups()
+        checks.idle()
         loads = await measure(node.hosted_queues, window)
         totals = shares(loads, groups)
         moves = plan_rebalance(loads, groups, tolerance)
         if body.get("dry_run"):
             return {"groups": totals, "spread": round(spread(totals), 3),
                     "moves": [m.__dict__ for m in moves]}  # fmt: skip
-        idle()
+        checks.idle()
         job = MoveJob("rebalance", moves, per_minute)
         node.group_mover.submit(job)
         response.status_code = 202
         return {"groups": totals, "spread": round(spread(totals), 3), "job": job.view()}
+
+
+def _drain_routes(router: APIRouter, node: Node, checks: _GroupChecks, administrator: Any) -> None:
+    """Draining a group, and the progress of the last move job."""
 
     @router.post("/api/cluster/groups/{group}/drain", summary="Move every partition off a group")
     async def drain(
@@ -102,13 +127,13 @@ def routes(node: Node) -> APIRouter:
         if not isinstance(body, dict):
             raise HTTPException(400, "the body must be a JSON object")
         per_minute = _number(body, "per_minute", 60.0, low=0.1)
-        others = [g for g in live_groups() if g != group]
-        if group not in placement().groups:
+        others = [g for g in checks.live_groups() if g != group]
+        if group not in checks.placement().groups:
             raise HTTPException(400, f"no broker group '{group}' in the cluster")
         if not others:
             raise HTTPException(409, f"no other broker group is up to take '{group}''s "
                                 "partitions")  # fmt: skip
-        idle()
+        checks.idle()
         loads = await measure(node.hosted_queues, 0.0)
         moves, stuck = plan_drain(loads, group, others)
         if not moves and stuck:
@@ -127,31 +152,19 @@ def routes(node: Node) -> APIRouter:
 
     @router.get("/api/cluster/moves", summary="The last move job's progress")
     async def moves(user: User = administrator) -> dict[str, Any]:
-        placement()
+        checks.placement()
         job = node.group_mover.job
         return {"state": "idle"} if job is None else job.view()
 
+
+def _retire_route(router: APIRouter, node: Node, checks: _GroupChecks, administrator: Any) -> None:
     @router.delete("/api/cluster/groups/{group}", status_code=204, summary="Retire a group")
     async def remove(group: str, user: User = administrator) -> Response:
-        placed = placement()
+        placed = checks.placement()
         if group not in placed.groups:
             raise HTTPException(400, f"no broker group '{group}' in the cluster")
-        idle()
-        left, repoint = [], []
-        for host, queue in node.hosted_queues():
-            groups = placed(queue.queue_id) or []
-            mine = [p for p, g in enumerate(groups) if g == group]
-            if not mine:
-                continue
-            live = [p for p in mine if not queue.is_removed(p)]
-            if live:
-                left.append(f"{host.name}/{queue.name} partition(s) {live}")
-                continue
-            owners = [g for g in groups if g != group]
-            if not owners:
-                left.append(f"{host.name}/{queue.name}: no other group holds it")
-                continue
-            repoint.append((queue, dict.fromkeys(mine, owners[0])))
+        checks.idle()
+        left, repoint = _retirement(node, placed, group)
         if left:
             raise HTTPException(409, f"broker group '{group}' still holds: " + "; ".join(left)
                                 + f" (mqgw cluster drain-group {group})")  # fmt: skip
@@ -160,4 +173,26 @@ def routes(node: Node) -> APIRouter:
         await placed.meta.retire_group(group)
         return Response(status_code=204)
 
-    return router
+
+def _retirement(
+    node: Node, placed: QueuePlacement, group: str
+) -> tuple[list[str], list[tuple[QueueRuntime, dict[int, str]]]]:
+    """What keeps ``group`` from retiring (a line per queue), and each queue whose partitions
+    on it are all removed, with those partitions re-pointed to another group holding it."""
+    left: list[str] = []
+    repoint: list[tuple[QueueRuntime, dict[int, str]]] = []
+    for host, queue in node.hosted_queues():
+        groups = placed(queue.queue_id) or []
+        mine = [p for p, g in enumerate(groups) if g == group]
+        if not mine:
+            continue
+        live = [p for p in mine if not queue.is_removed(p)]
+        if live:
+            left.append(f"{host.name}/{queue.name} partition(s) {live}")
+            continue
+        owners = [g for g in groups if g != group]
+        if not owners:
+            left.append(f"{host.name}/{queue.name}: no other group holds it")
+            continue
+        repoint.append((queue, dict.fromkeys(mine, owners[0])))
+    return left, repoint

@@ -171,6 +171,14 @@ def routes(node: Node) -> APIRouter:
     monitoring = Depends(requires(MONITORING, node))
     policymaker = Depends(requires(POLICYMAKER, node))
 
+    _queue_routes(router, node, management, policymaker)
+    _timer_route(router, node, monitoring)
+    _policy_routes(router, node, management, policymaker)
+    return router
+
+
+def _queue_routes(router: APIRouter, node: Node, management: Any, policymaker: Any) -> None:
+    """The queue lists, one queue in detail, and the redrive from its dead-letter queue."""
     vhost_or_404 = partial(visible_vhost, node)
 
     @router.get("/api/queues", summary="Every queue with its counts and effective control")
@@ -222,6 +230,8 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(404, f"no queue {missing} in vhost '{vhost}'") from None
         return {"moved": moved, "remaining": remaining}
 
+
+def _timer_route(router: APIRouter, node: Node, monitoring: Any) -> None:
     @router.get("/api/timer", summary="The log timer: delayed messages and backoff retries")
     async def timer(_user: User = monitoring) -> dict[str, Any]:
         t = node.timer
@@ -240,6 +250,11 @@ def routes(node: Node) -> APIRouter:
                 "dropped": node.redelivery.dropped,
             },
         }
+
+
+def _policy_routes(router: APIRouter, node: Node, management: Any, policymaker: Any) -> None:
+    """RabbitMQ's policies: listed, read, set and cleared per vhost."""
+    vhost_or_404 = partial(visible_vhost, node)
 
     @router.get("/api/policies", summary="Every policy (of the vhosts the user may see)")
     async def policies(user: User = management) -> list[dict[str, Any]]:
@@ -283,5 +298,3 @@ def routes(node: Node) -> APIRouter:
             raise HTTPException(404, f"no policy '{name}' in vhost '{vhost}'")
         await host.apply_policies()
         return Response(status_code=204)
-
-    return router

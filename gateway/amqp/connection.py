@@ -8,8 +8,10 @@ queues bytes, which ``data_to_send()`` hands out coalesced into one write. Time 
 from a clock: the server shell calls ``tick(now)`` for heartbeats.
 
 States and their transitions live in ``connection_state.TRANSITIONS``; channels and content
-assembly in ``channels`` / ``channel``. Errors are raised where they are found, as typed
-AMQPErrors, and converted in one place, ``_fail``, following RabbitMQ's reader:
+assembly in ``channels`` / ``channel``; the shared state and primitives in
+``connection_core``, the sending half in ``connection_output``; this module has the input,
+the handshake and the decisions the layer above hands back. Errors are raised where they
+are found, as typed AMQPErrors, and converted in one place, ``_fail``, following RabbitMQ's reader:
 
 * soft error on a channel -> channel.close; that channel's frames are dropped
   until its close-ok;
@@ -22,13 +24,10 @@ AMQPErrors, and converted in one place, ``_fail``, following RabbitMQ's reader:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from pamqp import base, commands
 
 from gateway.amqp import frame_writer
-from gateway.amqp.channels import ChannelTable
+from gateway.amqp.connection_output import ConnectionOutput
 from gateway.amqp.connection_state import (
     FINISHED_STATES,
     HANDSHAKE_STATES,
@@ -37,7 +36,6 @@ from gateway.amqp.connection_state import (
     ConnectionInput,
     ConnectionState,
     ConnectionStateError,
-    next_state,
 )
 from gateway.amqp.errors import (
     AccessRefused,
@@ -64,28 +62,20 @@ from gateway.amqp.frame_reader import (
     FRAME_HEARTBEAT,
     FRAME_METHOD,
     PROTOCOL_HEADER,
-    FrameReader,
     ProtocolHeaderReceived,
     RawFrame,
 )
-from gateway.amqp.heartbeat import HeartbeatAction, HeartbeatMonitor
+from gateway.amqp.heartbeat import HeartbeatAction
 from gateway.amqp.methods import (
     check_tune_value,
     connection_close,
     decode_method,
     method_ids,
     method_index,
-    server_properties_table,
 )
-from gateway.amqp.output import Output
-from gateway.amqp.sasl import EXTERNAL, MECHANISMS, as_bytes, parse_response
+from gateway.amqp.sasl import EXTERNAL, as_bytes, parse_response
 
-DEFAULT_CHANNEL_MAX = 2047
-DEFAULT_FRAME_MAX = 131072
-DEFAULT_HEARTBEAT_S = 60
-DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ 3.x's default max_message_size
 FRAME_MIN_SIZE = 4096  # spec minimum for a negotiated frame_max
-INITIAL_FRAME_MAX = 8192  # before tune-ok (RabbitMQ 4's FRAME_MIN_SIZE; fits OAuth tokens)
 CHANNEL_MIN = 1
 PAUSED_BUFFER_MAX_BYTES = 1 << 20  # input held while awaiting an auth/vhost decision
 
@@ -93,59 +83,8 @@ _CLOSE_INDEX = commands.Connection.Close.index
 _CLOSE_OK_INDEX = commands.Connection.CloseOk.index
 
 
-class ServerConnection:
+class ServerConnection(ConnectionOutput):
     """One client connection's protocol state; see the module docstring."""
-
-    def __init__(
-        self,
-        *,
-        channel_max: int = DEFAULT_CHANNEL_MAX,
-        frame_max: int = DEFAULT_FRAME_MAX,
-        heartbeat_s: int = DEFAULT_HEARTBEAT_S,
-        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-        version: str = "0.1.0",
-        server_properties: dict[str, Any] | None = None,
-        external_login: str | None = None,
-    ) -> None:
-        self.state = ConnectionState.AWAIT_HEADER
-        # EXTERNAL is offered when the shell passes the verified client certificate's name.
-        self.mechanisms: tuple[str, ...] = (
-            MECHANISMS if external_login is None else (*MECHANISMS, EXTERNAL)
-        )
-        self._external_login = external_login or ""
-        # What we propose in connection.tune.
-        self.server_channel_max = channel_max
-        self.server_frame_max = frame_max
-        self.server_heartbeat_s = heartbeat_s
-        # Negotiated values (frame_max before tune-ok: RabbitMQ's initial size).
-        self.frame_max = INITIAL_FRAME_MAX
-        self.heartbeat_s = 0
-        self.client_properties: dict[str, Any] = {}
-        self.client_capabilities: dict[str, Any] = {}
-        self.mechanism = ""
-        self.username = ""
-        self.vhost = ""
-        self.server_properties = server_properties_table(version, server_properties)
-        self._reader = FrameReader(INITIAL_FRAME_MAX)
-        self._output = Output()
-        self._channels = ChannelTable(self._emit, channel_max, max_message_size)
-        self._heartbeat = HeartbeatMonitor()
-        self._close_error: AMQPError = AMQPError(200, "")
-        self.timed_out: HeartbeatTimeout | None = None
-
-    @property
-    def closed(self) -> bool:
-        """Terminal: flush data_to_send() and close the socket."""
-        return self.state is ConnectionState.CLOSED
-
-    @property
-    def close_awaited(self) -> AMQPError | None:
-        """The error of the connection.close we sent while its close-ok is awaited."""
-        return self._close_error if self.state is ConnectionState.CLOSING else None
-
-    @property
-    def channel_max(self) -> int:
-        return self._channels.channel_max
 
     # ----------------------------------------------------------------- input
 
@@ -318,33 +257,6 @@ class ServerConnection:
             self._send_close(error)
             events.append(ConnectionCloseSent(error))
 
-    def _abort(
-        self,
-        error: AMQPError,
-        events: list[Event],
-        event: ConnectionInput = ConnectionInput.ABORT,
-    ) -> None:
-        """Move to CLOSED and tell the layer above why."""
-        self._move(event)
-        events.append(
-            ConnectionClosed(
-                error.reply_code, error.reply_text, error.class_id, error.method_id, by_client=False
-            )
-        )
-
-    def _send_close(self, error: AMQPError) -> None:
-        self._close_error = error
-        self._channels.clear()
-        self._emit(frame_writer.method(0, connection_close(error)))
-        self._move(ConnectionInput.SEND_CLOSE)
-
-    def _move(self, event: ConnectionInput) -> None:
-        self.state = next_state(self.state, event)
-
-    def _emit(self, data: bytes) -> None:
-        self._output.parts.append(data)
-        self._heartbeat.sent = True
-
     # ------------------------------------------------ decisions from above
 
     def _expect_decision(self, state: ConnectionState, name: str) -> bool:
@@ -415,119 +327,6 @@ class ServerConnection:
         error = NotAllowed(detail, *method_ids(commands.Connection.UpdateSecret))
         self._send_close(error)
         return [ConnectionCloseSent(error)]
-
-    # ----------------------------------------------------------------- output
-
-    def data_to_send(self) -> bytes:
-        """Everything queued since the last call, as one write (a lone part is not copied)."""
-        return b"".join(self._output.take())
-
-    def take_output(self) -> list[frame_writer.Buffer]:
-        """Everything queued since the last call, as queued: large bodies are views of the
-        stored message (write them with frame_writer.coalesce, a piece at a time)."""
-        return self._output.take()
-
-    def channel_is_open(self, channel: int) -> bool:
-        return self.state is ConnectionState.OPEN and self._channels.is_open(channel)
-
-    def _can_send(self, channel: int) -> bool:
-        return self.state is ConnectionState.OPEN and (
-            channel == 0 or self._channels.is_open(channel)
-        )
-
-    def send_method(self, channel: int, method: base.Frame) -> bool:
-        """Queue a method; False (dropped) if the channel is closing or gone."""
-        return self.send_frames(channel, (frame_writer.method(channel, method),))
-
-    def send_frames(self, channel: int, frames: Sequence[frame_writer.Buffer]) -> bool:
-        """Queue frames built with frame_writer (get_ok, return_...) for ``channel``."""
-        if not self._can_send(channel):
-            return False
-        self._output.add(channel, frames)
-        self._heartbeat.sent = True
-        return True
-
-    def hold(self, channel: int) -> None:
-        """Keep ``channel``'s frames back until release() has sent its reply: queue.delete-ok
-        before the basic.cancel the deletion caused, as RabbitMQ orders them."""
-        self._output.hold(channel)
-
-    def release(self, channel: int, reply: base.Frame | None = None) -> None:
-        """``reply`` (if any), then what hold() kept back; dropped if the channel is gone."""
-        held = self._output.release(channel)
-        if reply is not None:
-            self.send_method(channel, reply)
-        self.send_frames(channel, held)
-
-    def send_deliver(
-        self,
-        channel: int,
-        consumer_tag: str | bytes,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str | bytes,
-        routing_key: str | bytes,
-        properties_bytes: frame_writer.Buffer,
-        body: frame_writer.Buffer,
-    ) -> bool:
-        """Queue basic.deliver with its content; False if the channel is gone."""
-        if not self._can_send(channel):
-            return False
-        frames = frame_writer.deliver(
-            channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
-            properties_bytes, body, self.frame_max,
-        )  # fmt: skip
-        return self.send_frames(channel, frames)
-
-    def send_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> bool:
-        """Publisher confirm (basic.ack)."""
-        return self.send_frames(channel, [frame_writer.basic_ack(channel, delivery_tag, multiple)])
-
-    def send_nack(self, channel: int, delivery_tag: int, multiple: bool = False) -> bool:
-        """Negative publisher confirm (basic.nack)."""
-        frames = [frame_writer.basic_nack(channel, delivery_tag, multiple)]
-        return self.send_frames(channel, frames)
-
-    def close_channel(self, channel: int, error: AMQPError) -> bool:
-        """Close a channel for a soft ``error``; a hard one closes the connection."""
-        if error.hard:
-            self.close(error)
-            return False
-        return self.state is ConnectionState.OPEN and self._channels.close(channel, error)
-
-    def channel_close_ok(self, channel: int) -> bool:
-        """Finish a client's channel.close (after ChannelCloseRequested)."""
-        return self.state is ConnectionState.OPEN and self._channels.close_ok(channel)
-
-    def close(self, error: AMQPError) -> None:
-        """Close the connection (e.g. 320 CONNECTION_FORCED) and await close-ok."""
-        if self.state in FINISHED_STATES:
-            return
-        if self.state is ConnectionState.AWAIT_HEADER:
-            self._move(ConnectionInput.ABORT)
-            return
-        self._send_close(error)
-
-    def send_blocked(self, reason: str) -> bool:
-        """connection.blocked, only to clients that advertised the capability."""
-        return self._send_flow_control(commands.Connection.Blocked(reason))
-
-    def send_unblocked(self) -> bool:
-        return self._send_flow_control(commands.Connection.Unblocked())
-
-    def _send_flow_control(self, method: base.Frame) -> bool:
-        if self.state is not ConnectionState.OPEN or not self.supports("connection.blocked"):
-            return False
-        self._emit(frame_writer.method(0, method))
-        return True
-
-    def supports(self, capability: str) -> bool:
-        """Whether the client advertised ``capability`` (e.g. consumer_cancel_notify)."""
-        return self.client_capabilities.get(capability) is True
-
-    @property
-    def consumer_cancel_notify(self) -> bool:
-        return self.supports("consumer_cancel_notify")
 
     # ------------------------------------------------------------- heartbeats
 

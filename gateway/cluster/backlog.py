@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
+from gateway.queues.intake import FLOW_HIGH, FLOW_LOW
+from gateway.queues.runtime import QueueRuntime
 from storage import StoreError, StorePort
 
 REPORT_EVERY_S = 0.05

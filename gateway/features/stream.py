@@ -43,7 +43,8 @@ from gateway.features.stream_offset import (
     start_offset,
 )
 from gateway.queues.consumer import LANE_ALL
-from gateway.queues.runtime import FETCH_BATCH, PumpResult, QueueRuntime
+from gateway.queues.runtime import PumpResult, QueueRuntime
+from gateway.queues.store_reads import FETCH_BATCH
 from meta.checks import queue_type_of
 from meta.errors import resource_name
 from storage import StoredMessage

@@ -10,12 +10,13 @@ their runtime. ``reload`` rebuilds everything from the store after a gap in the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, MutableMapping
+from typing import Any, Protocol
 
 from gateway.features.queue_kinds import scale_refusal
 from gateway.sessions import taps
-from gateway.vhost import keyed_routes
+from gateway.sessions.host import SessionHost
+from gateway.vhost import VirtualHost, keyed_routes
 from meta.change_feed import Change
 from meta.models import (
     BindingDef,
@@ -28,67 +29,101 @@ from meta.models import (
     VHostLimits,
 )
 
-if TYPE_CHECKING:
-    from gateway.node.node import Node
-    from gateway.vhost import VirtualHost
-
 log = logging.getLogger("mqgw.cluster")
+# Node-wide changes applied by ``_apply_limits_or_gray``.
+_LIMITS_AND_GRAY = frozenset(
+    {
+        "vhost_limits.set",
+        "vhost_limits.cleared",
+        "gray_rule.set",
+        "gray_rule.deleted",
+        "gray_end.set",
+        "gray_end.deleted",
+    }
+)
 
 
-async def apply_change(node: Node, change: Change) -> None:
-    kind = change.kind
-    if kind.startswith(("user.", "permission.")):
-        await node.access.load()
-        await node.refresh_users()
-        return
-    if kind.startswith("control."):
-        await node.controls.reload()
-        return
-    if kind == "vhost_limits.set":  # enforced at connection.open (sessions/session.py)
-        limits = change.entity()
-        assert isinstance(limits, VHostLimits)
-        node.vhost_limits[limits.vhost] = limits
-        return
-    if kind == "vhost_limits.cleared":
-        node.vhost_limits.pop(change.vhost, None)
-        return
-    if kind == "gray_rule.set":  # the registry re-colors the connections it matches
-        rule = change.entity()
-        assert isinstance(rule, GrayRule)
-        node.gray.rule_set(rule)
-        return
-    if kind == "gray_rule.deleted":
-        node.gray.rule_deleted(change.name)
-        return
-    if kind == "gray_end.set":  # the queue loses its gray partitions at once
-        end = change.entity()
-        assert isinstance(end, GrayEnd)
-        node.gray.end_set(end)
-        return
-    if kind == "gray_end.deleted":
-        node.gray.end_deleted(change.vhost, change.name)
-        return
-    if kind == "placement.set":  # a queue's partitions placed on broker groups
-        if node.cluster is not None and node.cluster.placement is not None:
-            node.cluster.placement.changed(change)
-        return
-    if kind == "vhost.added":
-        if change.vhost not in node.vhosts:
-            await node.open_vhost(change.vhost)
-        return
-    if kind == "vhost.deleted":
-        await node.forget_vhost(change.vhost)
-        _forget_gray_ends(node, change.vhost, node.gray.ended_in(change.vhost))
-        return
-    if kind == "vhost.updated":  # the firehose switched on or off (a gateway's admin API)
-        updated, vhost = change.entity(), node.vhosts.get(change.vhost)
-        if isinstance(updated, VHost) and vhost is not None:
-            vhost.default_groups = updated.default_groups
-            await taps.set_firehose(node, vhost, updated.tracing)
+class SyncedNode(SessionHost, Protocol):
+    """The node as the change feed keeps it in step: what a session sees of it (the firehose
+    taps are set through that), and its vhosts, users and limits to reload. ``Node``
+    satisfies it; naming it here keeps this module from importing the node that calls it."""
+
+    @property
+    def vhost_limits(self) -> MutableMapping[str, VHostLimits]: ...
+
+    async def refresh_users(self) -> None: ...
+
+    async def load_vhost_limits(self) -> None: ...
+
+    async def open_vhost(self, name: str) -> VirtualHost: ...
+
+    async def forget_vhost(self, name: str) -> None: ...
+
+
+async def apply_change(node: SyncedNode, change: Change) -> None:
+    if await _apply_to_node(node, change):
         return
     vhost = node.vhosts.get(change.vhost)
     if vhost is None:
         return  # a vhost we do not have (yet): its vhost.added reloads it whole
+    await _apply_to_vhost(node, vhost, change)
+
+
+async def _apply_to_node(node: SyncedNode, change: Change) -> bool:
+    """A change to what the node holds beside a vhost's topology (users, controls, limits,
+    gray rules, placement, the vhosts themselves); False: a change inside a vhost."""
+    kind = change.kind
+    if kind.startswith(("user.", "permission.")):
+        await node.access.load()
+        await node.refresh_users()
+    elif kind.startswith("control."):
+        await node.controls.reload()
+    elif kind in _LIMITS_AND_GRAY:
+        _apply_limits_or_gray(node, change)
+    elif kind == "placement.set":  # a queue's partitions placed on broker groups
+        if node.cluster is not None and node.cluster.placement is not None:
+            node.cluster.placement.changed(change)
+    elif kind == "vhost.added":
+        if change.vhost not in node.vhosts:
+            await node.open_vhost(change.vhost)
+    elif kind == "vhost.deleted":
+        await node.forget_vhost(change.vhost)
+        _forget_gray_ends(node, change.vhost, node.gray.ended_in(change.vhost))
+    elif kind == "vhost.updated":  # the firehose switched on or off (a gateway's admin API)
+        updated, vhost = change.entity(), node.vhosts.get(change.vhost)
+        if isinstance(updated, VHost) and vhost is not None:
+            vhost.default_groups = updated.default_groups
+            await taps.set_firehose(node, vhost, updated.tracing)
+    else:
+        return False
+    return True
+
+
+def _apply_limits_or_gray(node: SyncedNode, change: Change) -> None:
+    kind = change.kind
+    if kind == "vhost_limits.set":  # enforced at connection.open (sessions/session.py)
+        limits = change.entity()
+        assert isinstance(limits, VHostLimits)
+        node.vhost_limits[limits.vhost] = limits
+    elif kind == "vhost_limits.cleared":
+        node.vhost_limits.pop(change.vhost, None)
+    elif kind == "gray_rule.set":  # the registry re-colors the connections it matches
+        rule = change.entity()
+        assert isinstance(rule, GrayRule)
+        node.gray.rule_set(rule)
+    elif kind == "gray_rule.deleted":
+        node.gray.rule_deleted(change.name)
+    elif kind == "gray_end.set":  # the queue loses its gray partitions at once
+        end = change.entity()
+        assert isinstance(end, GrayEnd)
+        node.gray.end_set(end)
+    elif kind == "gray_end.deleted":
+        node.gray.end_deleted(change.vhost, change.name)
+
+
+async def _apply_to_vhost(node: SyncedNode, vhost: VirtualHost, change: Change) -> None:
+    """A change to one vhost's topology: policies, exchanges, queues, bindings, routes."""
+    kind = change.kind
     entity: Any = change.entity()
     if kind.startswith("policy."):
         await vhost.apply_policies()
@@ -124,7 +159,7 @@ async def apply_change(node: Node, change: Change) -> None:
             await keyed_routes.follow(vhost, runtime)
 
 
-async def reload(node: Node) -> None:
+async def reload(node: SyncedNode) -> None:
     """After a gap in the feed: users, permissions, controls, limits, gray rules and ends,
     and every vhost's topology (queues gone elsewhere lose their runtime here; new ones get
     one)."""
@@ -145,13 +180,13 @@ async def reload(node: Node) -> None:
             await _reload_vhost(node, vhost)
 
 
-def _forget_gray_ends(node: Node, vhost: str, queues: Iterable[str]) -> None:
+def _forget_gray_ends(node: SyncedNode, vhost: str, queues: Iterable[str]) -> None:
     """Deleted queues lose their gray end in the store without a change of its own."""
     for queue in list(queues):
         node.gray.end_deleted(vhost, queue)
 
 
-async def _reload_vhost(node: Node, vhost: VirtualHost) -> None:
+async def _reload_vhost(node: SyncedNode, vhost: VirtualHost) -> None:
     queues = {q.name: q for q in await vhost.meta.list_queues(vhost.name)}
     gone = [r.definition for name, r in vhost.queues.items() if name not in queues]
     if gone:

@@ -1,19 +1,21 @@
 """The gateway node: one store, one metadata store, its vhosts, the push scheduler and the
-connections. `mqgw serve` runs exactly one of these (embedded mode)."""
+connections. `mqgw serve` runs exactly one of these (embedded mode). The node builds and
+holds every part; what it does with them lives beside it: the alarms (``resources.py``), the
+once-a-second duties (``housekeeping.py``), the dead-letter outbox task (``hand_over.py``),
+consumer timeouts and the connections as a whole (``consumer_timeouts.py``,
+``connections.py``), the change feed (``metadata_sync.py``)."""
 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from itertools import count
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import anyio
-from pamqp import commands
 
-from gateway.amqp.errors import ConnectionForced, PreconditionFailed
+from gateway.amqp.errors import ConnectionForced
 from gateway.config.settings import GatewaySettings
 from gateway.controls import Controls
 from gateway.features.broadcast import Broadcasts
@@ -22,7 +24,12 @@ from gateway.features.direct_reply import DirectReplies
 from gateway.features.gray import GrayRegistry
 from gateway.features.log_timer import DEFAULT_LEVELS_MS, TIMER_QUEUE_ID, LogTimer
 from gateway.features.redelivery import DEFAULT_LADDER_MS, REDELIVERY_KIND, Redelivery
-from gateway.node import metadata_sync
+from gateway.node import consumer_timeouts, metadata_sync
+from gateway.node import housekeeping as chores
+from gateway.node.connections import admits, cancel_consumers, close_vhost_sessions
+from gateway.node.hand_over import HandOver
+from gateway.node.housekeeping import COMMIT_INTERVAL_S, STORE_AWAY_LOG_EVERY_S
+from gateway.node.resources import ResourceWatch, memory_breakdown
 from gateway.node.users import Users
 from gateway.observe.stats import NodeStats
 from gateway.observe.tracing import tracing_from_settings
@@ -30,11 +37,9 @@ from gateway.queues import delivery_marks
 from gateway.queues.breaker import BreakerWatch
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
-from gateway.resources import memory
-from gateway.resources.alarms import Alarms, ResourceAlarm
 from gateway.sessions import taps
 from gateway.sessions.access import Access
-from gateway.sessions.channel_state import ChannelState, Consumer
+from gateway.sessions.channel_state import ChannelState
 from gateway.sessions.publishing import deliver_reply, return_reply
 from gateway.sessions.session import Session
 from gateway.vhost import VirtualHost
@@ -42,7 +47,6 @@ from gateway.vhost.autoscale import Autoscaler
 from gateway.vhost.group_moves import GroupMover
 from gateway.vhost.rescale import RouteKeeper
 from meta.change_feed import Change
-from meta.errors import MetadataUnavailable
 from meta.models import Deletions, Policy, User, VHost, VHostLimits
 from meta.store import MetadataStore
 from storage import StoredMessage, StoreError, StorePort
@@ -52,13 +56,6 @@ if TYPE_CHECKING:
     from gateway.cluster.link import ClusterLink
 
 log = logging.getLogger("mqgw.node")
-
-COMMIT_INTERVAL_S = 1.0
-COMMIT_YIELD_EVERY = 256
-STORE_AWAY_LOG_EVERY_S = 10.0  # while store calls fail (a broker away): a line this often
-# Housekeeping looks at the alarms once a second; a publisher may write more than that in
-# between, so a publish batch also looks after a quarter segment (at most this) more.
-RESOURCE_LOOK_EVERY_BYTES_MAX = 16 << 20
 
 
 class Node:
@@ -79,15 +76,13 @@ class Node:
         self.name = settings.node_name
         self.access = Access(meta)
         self.controls = Controls(self)
-        # Disk: "on above" a shortfall reading (limit - free), so both alarms read upwards.
-        self.disk_alarm = ResourceAlarm("disk", 0)
-        backlog = settings.store_backlog_limit_bytes
-        self.store_alarm = ResourceAlarm("store backlog", backlog, backlog // 4)
-        limit = memory.high_watermark_bytes(
-            settings.memory_high_watermark, memory.machine_bytes(), memory.cgroup_limit_bytes()
-        )
-        self.memory_alarm = ResourceAlarm("memory", limit, int(limit * 0.9))
-        self.alarms = Alarms(self.disk_alarm, self.store_alarm, self.memory_alarm)
+        self.resources = ResourceWatch(settings, store)
+        # The same alarm objects under the names sessions and the admin API read (plain
+        # attributes: a publish batch reads ``alarms`` without a property call).
+        self.disk_alarm = self.resources.disk_alarm
+        self.store_alarm = self.resources.store_alarm
+        self.memory_alarm = self.resources.memory_alarm
+        self.alarms = self.resources.alarms
         self.next_resource_look = 0  # store offset past which a publish batch looks again
         self.direct_replies: DirectReplies[ChannelState] = DirectReplies(
             settings.node_name, deliver_reply, return_reply
@@ -103,7 +98,7 @@ class Node:
         ladder = tuple(settings.redelivery_ladder_ms or DEFAULT_LADDER_MS)
         self.redelivery = Redelivery(self.vhosts, self.timer, ladder)
         self.timer.register(REDELIVERY_KIND, self.redelivery.fire)
-        self._dead_letters_waiting = anyio.Event()
+        self.hand_over = HandOver(self.vhosts, self.redelivery)  # the dead-letter outbox task
         self.scheduler.on_unused = self._delete_unused
         self.cluster: ClusterLink | None = None  # set by the server in cluster mode
         self.remote_backlog: RemoteBacklog | None = None  # likewise
@@ -151,19 +146,8 @@ class Node:
             host.set_gray_ended(queue, ended)
 
     def admit(self, session: Session) -> bool:
-        """max_connections_per_address: refuse a socket from an address already at the cap
-        (before the handshake, so it costs nothing; RabbitMQ has no such cap built in)."""
-        cap = self.settings.max_connections_per_address
-        if not cap:
-            return True
-        host = session.peer.rsplit(":", 1)[0]
-        count = sum(1 for s in self.sessions if s.peer.rsplit(":", 1)[0] == host)
-        if count < cap:
-            return True
-        log.warning(
-            "refusing connection from %s: %d connections from this address (the cap)", host, cap
-        )
-        return False
+        """max_connections_per_address: refuse a socket from an address already at the cap."""
+        return admits(self.sessions, session, self.settings.max_connections_per_address)
 
     @property
     def clustered(self) -> bool:
@@ -225,7 +209,7 @@ class Node:
         )
         vhost.on_queue_deleted = self._queue_deleted
         vhost.on_queue_attached = self._queue_attached
-        vhost.on_dead_letter = self._dead_letters_waiting.set
+        vhost.on_dead_letter = self.hand_over.waiting.set
         vhost.gray_ended = self.gray.ended_in(name)
         if self.cluster is not None:  # several broker groups: queues are placed first
             vhost.placement = self.cluster.placement
@@ -270,23 +254,15 @@ class Node:
         self.vhost_limits.pop(name, None)
         if vhost is None:
             return
-        await self._close_vhost_sessions(name, vhost)
+        await close_vhost_sessions(self.sessions, name, vhost)
         self.access.forget_vhost(name)
         await vhost.forget(Deletions(queues=tuple(q.definition for q in vhost.queues.values())))
         log.info("vhost %r deleted (elsewhere in the cluster)", name)
 
-    async def _close_vhost_sessions(self, name: str, vhost: VirtualHost | None) -> None:
-        error = ConnectionForced(f"vhost '{name}' is deleted")
-        for session in list(self.sessions):
-            if session.vhost is vhost:
-                session.conn.close(error)
-                session.mark_dirty()
-                await session.release()
-
     async def delete_vhost(self, name: str) -> None:
         """Delete a vhost and everything in it; its connections are closed with 320."""
         vhost = self.vhosts.pop(name, None)
-        await self._close_vhost_sessions(name, vhost)
+        await close_vhost_sessions(self.sessions, name, vhost)
         deletions = await self.meta.delete_vhost(name)
         self.vhost_limits.pop(name, None)
         self.access.forget_vhost(name)
@@ -313,14 +289,7 @@ class Node:
         """Consumers of a deleted queue are cancelled; clients that can hear it are told."""
         self.broadcasts.queue_deleted(queue)
         self.gray.end_deleted(queue.definition.vhost, queue.name)  # a new one starts afresh
-        # The queue layer holds them as QueueConsumers; the node made them, as Consumers.
-        for consumer in cast(list[Consumer], list(queue.consumers)):
-            session = consumer.channel.session
-            session.cancel_consumer(consumer)
-            if session.conn.consumer_cancel_notify:
-                cancel = commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
-                session.conn.send_method(consumer.channel.number, cancel)
-                session.mark_dirty()
+        cancel_consumers(queue)
 
     async def _delete_unused(self, queue: QueueRuntime) -> None:
         """x-expires: the queue went unused (no consumer, get or redeclare) for too long."""
@@ -334,102 +303,29 @@ class Node:
         self, vhost: VirtualHost, queue: QueueRuntime, partition: int, message: StoredMessage
     ) -> None:
         """A nack in backoff mode: the redelivery ladder (stored by the outbox task)."""
-        self.redelivery.back_off(vhost, queue, partition, message)
-        self._dead_letters_waiting.set()
+        self.hand_over.back_off(vhost, queue, partition, message)
 
     async def dead_letter_loop(self) -> None:
-        """One task stores what queues hand over: dead letters, backoff retries and the
-        firehose's trace copies."""
-        while True:
-            await self._dead_letters_waiting.wait()
-            self._dead_letters_waiting = anyio.Event()
-            try:
-                await self.redelivery.flush()
-                for vhost in list(self.vhosts.values()):
-                    vhost.on_dead_letter = self._dead_letters_waiting.set
-                    if vhost.dead_letters:
-                        await vhost.flush_dead_letters()
-                    if vhost.firehose is not None and vhost.firehose.pending:
-                        await vhost.firehose.flush()
-            except Exception:
-                # A bug here must not take the node down; what was being handed over is lost.
-                log.exception("dead-letter / backoff hand-over failed")
+        """The outbox task: dead letters, backoff retries, trace copies (hand_over.py)."""
+        await self.hand_over.run()
 
     async def consumer_timeout_loop(self) -> None:
         """Close channels holding a delivery unacked past its queue's consumer timeout."""
-        shortest = float(self.settings.consumer_timeout_ms)
-        while True:
-            try:
-                shortest = await self.check_consumer_timeouts(time.monotonic())
-            except Exception:
-                log.exception("consumer timeout check failed")
-            await anyio.sleep(min(1.0, max(0.01, shortest / 4000)))
+        await consumer_timeouts.run(self.sessions, self.settings)
 
     async def check_consumer_timeouts(self, now: float) -> float:
         """Fail the channels that timed out; returns the shortest timeout in use (ms)."""
-        default = self.settings.consumer_timeout_ms
-        shortest = float(default)
-        timed_out: list[tuple[Session, ChannelState, int, int]] = []
-        for session in self.sessions:
-            for channel in session.channels.values():
-                for tag, delivery in channel.unacked.items():
-                    timeout = delivery.queue.behaviour.consumer_timeout_ms or default
-                    shortest = min(shortest, timeout)
-                    if now - delivery.at > timeout / 1000:
-                        timed_out.append((session, channel, timeout, tag))
-                        break
-                    if now - delivery.at < shortest / 1000:
-                        break  # later deliveries are younger still
-        for session, channel, timeout, tag in timed_out:
-            await self._time_out(session, channel, timeout, tag)
-        return shortest
-
-    async def _time_out(
-        self, session: Session, channel: ChannelState, timeout_ms: int, tag: int
-    ) -> None:
-        if channel.closing or session.channels.get(channel.number) is not channel:
-            return
-        log.warning(
-            "connection %s: channel %d: delivery %d was not acknowledged within %d ms "
-            "(consumer timeout): closing the channel, its deliveries are requeued",
-            session.id,
-            channel.number,
-            tag,
-            timeout_ms,
+        return await consumer_timeouts.fail_timed_out(
+            self.sessions, self.settings.consumer_timeout_ms, now
         )
-        error = PreconditionFailed(
-            f"delivery acknowledgement on channel {channel.number} timed out. Timeout value "
-            f"used: {timeout_ms} ms. This timeout value can be configured, see consumers doc "
-            "guide to learn more"
-        )
-        await session.fail(channel, error)
-        session.mark_dirty()
 
     def queue(self, vhost: str, name: str) -> QueueRuntime | None:
         host = self.vhosts.get(vhost)
         return None if host is None else host.queues.get(name)
 
     async def commit_offsets(self) -> None:
-        """Commit every queue's position that moved. A queue whose broker is away stays due
-        (the next pass commits it) and the others go on; StoreError, the last such error,
-        after the pass."""
-        committed = 0
-        away: StoreError | None = None
-        for vhost in self.vhosts.values():
-            for queue in list(vhost.queues.values()):
-                if queue.commit_dirty:
-                    try:
-                        await queue.commit()
-                    except StoreError as error:
-                        away = error
-                    committed += 1
-                    if committed % COMMIT_YIELD_EVERY == 0:
-                        # 10,000 busy queues: let deliveries run between slices of the pass
-                        await anyio.lowlevel.checkpoint()
-        await self.broadcasts.commit()
-        await self.timer.commit()
-        if away is not None:
-            raise away
+        """Commit every queue's position that moved (gateway/node/housekeeping.py)."""
+        await chores.commit_offsets(self.vhosts, self.broadcasts, self.timer)
 
     async def housekeeping(self) -> None:
         away_logged = float("-inf")
@@ -437,7 +333,7 @@ class Node:
             lambda: self.sample_stats(time.monotonic()),
             lambda: self.apply_queue_retention(time.time_ns() // 1_000_000),
             self.commit_offsets,
-            self._start_waiting_queues,
+            lambda: chores.start_waiting_queues(self.vhosts),
         ]
         while True:
             await self.check_resources()
@@ -453,139 +349,43 @@ class Node:
                         log.warning("housekeeping: store calls fail (%s); retrying every "
                                     "%.0f s", error, COMMIT_INTERVAL_S)  # fmt: skip
             if any(v.dead_letters for v in self.vhosts.values()):  # at-least-once retries
-                self._dead_letters_waiting.set()
-            await self._retry_metadata_write()
-            await self._clean_owners()
-
-    async def _start_waiting_queues(self) -> None:
-        for vhost in list(self.vhosts.values()):
-            await vhost.start_waiting()
+                self.hand_over.waiting.set()
+            await chores.retry_metadata_write(self.meta)
+            await chores.clean_owners(
+                self.meta, self.vhosts, self.owners_to_clean, self.connections_to_uncount
+            )
 
     async def sample_stats(self, now: float) -> None:
         self.stats.sample(now)
         if self.stats.queues_due(now):
             await self.stats.sample_queues(self.all_queues(), now)
 
-    async def _clean_owners(self) -> None:
-        for owner in list(self.owners_to_clean):
-            try:
-                deletions = await self.meta.delete_exclusive_queues(owner)
-            except MetadataUnavailable:
-                return  # still away: next round
-            self.owners_to_clean.discard(owner)
-            for vhost in self.vhosts.values():
-                await vhost.apply_deletions(deletions)
-        for vhost_name, connection_id in list(self.connections_to_uncount):
-            try:
-                await self.meta.close_connection(vhost_name, connection_id)
-            except MetadataUnavailable:
-                return
-            self.connections_to_uncount.discard((vhost_name, connection_id))
-
-    async def _retry_metadata_write(self) -> None:
-        """Write the metadata a full disk kept in memory (nothing to do when none waits)."""
-        try:
-            await self.meta.retry_write()
-        except Exception:
-            log.exception("metadata write failed; retrying in %.0f s", COMMIT_INTERVAL_S)
-
     async def apply_queue_retention(self, now_ms: int) -> None:
-        """The explicit choices to drop unread data: x-max-age, and disk-overflow drop-oldest
-        while the disk alarm is on (a queue's messages in the oldest commitlog segment go, so
-        that reclaim can delete it). Every other queue keeps its messages until consumed."""
-        drop_oldest: list[QueueRuntime] = []
-        for vhost in self.vhosts.values():
-            for queue in list(vhost.queues.values()):
-                behaviour = queue.behaviour
-                if behaviour.max_age_ms is not None and queue.ready_count:
-                    await queue.drop_stored_before(
-                        now_ms - behaviour.max_age_ms,
-                        f"older than x-max-age ({behaviour.max_age_ms} ms)",
-                    )
-                if behaviour.disk_overflow == "drop-oldest" and queue.ready_count:
-                    drop_oldest.append(queue)
-        if not drop_oldest or not self.disk_alarm.blocked:
-            return
-        oldest = await self.store.oldest_segment_ts()
-        if oldest is None:
-            return
-        for queue in drop_oldest:
-            await queue.drop_stored_before(
-                oldest + 1, "disk-overflow drop-oldest: the disk alarm is on"
-            )
+        """x-max-age, and disk-overflow drop-oldest while the disk alarm is on
+        (gateway/node/housekeeping.py)."""
+        await chores.apply_queue_retention(self.vhosts, self.store, self.disk_alarm, now_ms)
 
     async def look_at_resources(self, end_offset: int) -> None:
         """A publish batch ended at ``end_offset``, past ``next_resource_look``: look at the
         alarms now rather than at the next second, so that a disk budget holds within about
         a quarter segment however fast publishers write."""
-        step = min(self.settings.segment_size_bytes // 4, RESOURCE_LOOK_EVERY_BYTES_MAX)
-        self.next_resource_look = end_offset + step
+        self.next_resource_look = self.resources.next_look(end_offset)
         await self.check_resources()
 
     async def check_resources(self) -> None:
         """Update the alarms; tell every connection when publishers become (un)blocked."""
         was_blocked = self.alarms.blocked
-        free = shutil.disk_usage(self.settings.data_dir).free
-        shortfall = self.settings.min_free_disk_bytes - free
-        budget = self.settings.disk_budget_bytes
-        backlog: int | None = None
-        try:
-            if budget is not None:  # over the budget publishers wait; unread data is kept
-                shortfall = max(shortfall, await self.store.disk_bytes() - budget)
-            backlog = await self.store.backlog_bytes()
-        except StoreError:
-            pass  # a broker away (cluster): its alarm stays as it was; housekeeping says so
-        if self.memory_alarm.blocked:
-            memory.give_back()
-        resident = memory.resident_bytes()
-        limit = self.memory_alarm.on_above
-        for alarm, reading, detail in (
-            (self.disk_alarm, shortfall, f"{free} bytes free, budget {budget}"),
-            (self.store_alarm, backlog, f"{backlog} bytes not yet durable"),
-            (self.memory_alarm, resident, f"{resident} bytes resident, limit {limit}"),
-        ):
-            if reading is None:
-                continue
-            change = alarm.update(reading)
-            if change is True:
-                log.warning("%s alarm: %s: blocking publishers", alarm.name, detail)
-            elif change is False:
-                log.info("%s alarm cleared: %s", alarm.name, detail)
-        self.alarms.changed()
+        await self.resources.read()
         if self.alarms.blocked != was_blocked:
             for session in self.sessions:
                 session.notify_blocked(self.alarms.blocked, self.block_reason())
 
     def block_reason(self) -> str:
-        if self.disk_alarm.blocked:
-            return "low on disk"
-        return "low on memory" if self.memory_alarm.blocked else "store is behind"
+        return self.resources.block_reason()
 
     def memory_breakdown(self) -> dict[str, int]:
         """Where the gateway's memory goes (bytes; message bodies counted by their size)."""
-        output = unacked = unacked_count = buffered = buffered_count = 0
-        for session in self.sessions:
-            output += session.pending_bytes + session.sending_bytes
-            for channel in session.channels.values():
-                unacked_count += len(channel.unacked)
-                unacked += sum(len(d.message.body) for d in channel.unacked.values())
-        queues = 0
-        for vhost in self.vhosts.values():
-            for queue in vhost.queues.values():
-                queues += 1
-                buffered_count += queue.held_count()
-                buffered += sum(len(m.body) for _, m in queue.held())
-        return {
-            "resident": memory.resident_bytes(),
-            "high_watermark": self.memory_alarm.on_above,
-            "connection_output_buffers": output,
-            "unacked_deliveries": unacked,
-            "unacked_delivery_count": unacked_count,
-            "queue_read_buffers": buffered,
-            "queue_buffered_count": buffered_count,
-            "queues": queues,
-            "connections": len(self.sessions),
-        }
+        return memory_breakdown(self.sessions, self.vhosts.values(), self.memory_alarm.on_above)
 
     async def shutdown(self, grace_s: float = 3.0) -> None:
         """Close every connection with 320 CONNECTION_FORCED and wait for them to finish."""
@@ -599,4 +399,4 @@ class Node:
         await self.commit_offsets()
         if self.cluster is None:
             delivery_marks.save(self.settings.data_dir, self.all_queues())
-        await self._retry_metadata_write()
+        await chores.retry_metadata_write(self.meta)

@@ -28,7 +28,8 @@ from gateway.queues.consumer import LANE_ALL, LANE_GRAY, LANE_NORMAL
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.rate_limit import TokenBucket
-from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
+from gateway.queues.runtime import PumpResult, QueueRuntime
+from gateway.queues.store_reads import FETCH_BATCH, LOW_WATER
 from meta.models import QueueDef
 from storage import DeliveryProgress, StoredMessage, StorePort
 

@@ -31,7 +31,8 @@ from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.partition_holders import PartitionHolders
 from gateway.queues.rate_limit import TokenBucket
-from gateway.queues.runtime import COMMAND, FETCH_BATCH, LOW_WATER, PumpResult, QueueRuntime
+from gateway.queues.runtime import PumpResult, QueueRuntime
+from gateway.queues.store_reads import COMMAND, FETCH_BATCH, LOW_WATER
 from meta.models import QueueDef
 from meta.queue_route import QueueRoute, gate_open, logical_of
 from storage import DeliveryProgress, StoredMessage, StorePort

@@ -48,7 +48,8 @@ from gateway.queues.consumer import LANE_ALL
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.priority_index import Level, firsts, max_priority_of, message_priority
-from gateway.queues.runtime import FETCH_BATCH, LOW_WATER, QueueRuntime
+from gateway.queues.runtime import QueueRuntime
+from gateway.queues.store_reads import FETCH_BATCH, LOW_WATER
 from meta.cluster import HandedNote
 from meta.models import QueueDef
 from storage import DeliveryProgress, ReadStatus, StoredMessage, StorePort

@@ -24,7 +24,8 @@ import anyio
 
 from gateway.observe.histogram import Histogram
 from gateway.queues.clock import SYSTEM_CLOCK, Clock
-from gateway.queues.runtime import FLOW_LOW, PumpResult, QueueRuntime
+from gateway.queues.intake import FLOW_LOW
+from gateway.queues.runtime import PumpResult, QueueRuntime
 from storage import StoreError
 
 RETRY_S = 0.5  # a queue whose store call failed is served again after this

@@ -13,14 +13,20 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.amqp import Publish, frame_writer
-from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotFound, PreconditionFailed
+from gateway.amqp.errors import (
+    AccessRefused,
+    AMQPError,
+    AMQPNotImplemented,
+    NotFound,
+    PreconditionFailed,
+)
 from gateway.amqp.property_bytes import keep_timestamp
 from gateway.features.delayed_exchange import delay_of, hold
 from gateway.features.direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from gateway.features.gray import marked_gray
 from gateway.queues.runtime import QueueRuntime
 from gateway.routing import UnknownExchange, strip_bcc
-from meta.models import DELAYED_MESSAGE_EXCHANGE_TYPE
+from meta.models import DELAYED_MESSAGE_EXCHANGE_TYPE, ExchangeDef
 from storage import Record
 from storage.record import EXPIRES, PERSISTENT
 
@@ -64,14 +70,8 @@ def route_publish(
     if grants.write.get(publish.exchange) is not True:  # a dict read once decided
         grants.require("write", "exchange", publish.exchange, 60, 40)
     exchange = vhost.router.get_exchange(publish.exchange)
-    if exchange is None:
-        raise NotFound(f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40)
-    if exchange.internal:
-        raise AccessRefused(
-            f"cannot publish to internal exchange '{publish.exchange}' in vhost '{vhost.name}'",
-            60,
-            40,
-        )
+    if exchange is None or exchange.internal:
+        raise _unusable_exchange(publish.exchange, vhost.name, exchange)
     properties_bytes = publish.properties_bytes
     flags = _FLAGS.unpack_from(properties_bytes)[0] if len(properties_bytes) >= 2 else 0
     headers = None
@@ -84,25 +84,8 @@ def route_publish(
     if flags & EXPIRATION_FLAG:
         _check_expiration(publish.properties.expiration)
     if flags & (HEADERS_FLAG | USER_ID_FLAG | REPLY_TO_FLAG) or delivery_mode < 0:
-        sent = publish.properties_bytes  # encoded again below: its timestamp bytes kept
-        properties = publish.properties
-        delivery_mode = properties.delivery_mode or 0
-        if properties.reply_to == REPLY_QUEUE:
-            if not channel.reply_key:
-                raise PreconditionFailed("fast reply consumer does not exist", 60, 40)
-            properties.reply_to = REPLY_PREFIX + channel.reply_key
-            properties_bytes = keep_timestamp(sent, frame_writer.encode_properties(properties))
-        headers = properties.headers if flags & HEADERS_FLAG else None
-        user_id = properties.user_id
-        if user_id is not None and user_id != session.user and not session.impersonator:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{session.user}'",
-                60,
-                40,
-            )
-        if headers and "BCC" in headers:
-            properties.headers = strip_bcc(dict(headers))
-            properties_bytes = keep_timestamp(sent, frame_writer.encode_properties(properties))
+        # Off the common path: this one decodes, and a call is nothing beside the decoding.
+        properties_bytes, delivery_mode, headers = _decoded(session, channel, publish, flags)
     if flags & DELIVERY_MODE_FLAG and delivery_mode not in (1, 2):
         # RabbitMQ's message validation (rabbit_channel): 1 and 2 only, when present.
         raise PreconditionFailed(
@@ -110,11 +93,7 @@ def route_publish(
         )
     delayed = headers is not None and delay_of(headers) is not None
     if delayed and exchange.type == DELAYED_MESSAGE_EXCHANGE_TYPE:
-        assert headers is not None
-        record_flags = _record_flags(delivery_mode, flags)
-        timer_record = hold(session.node.timer, vhost.name, publish, headers, record_flags, now_ms)
-        # The plugin routes a held message to no queue now: mandatory gets 312 at once.
-        return RouteOutcome(timer_record, [], False)
+        return _held_by_delayed_exchange(session, publish, headers, delivery_mode, flags, now_ms)
     if not publish.exchange and publish.routing_key.startswith(REPLY_PREFIX):
         return _direct_reply(session, channel, publish, properties_bytes)
     if not publish.exchange and headers is None:
@@ -152,15 +131,85 @@ def route_publish(
         channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms, headers
     )
     if result.held_by:
-        assert headers is not None  # only a message with an x-delay is held
-        record_flags = _record_flags(delivery_mode, flags)
-        timer = session.node.timer
-        copies = tuple(
-            hold(timer, vhost.name, publish, headers, record_flags, now_ms, target=name)
-            for name in result.held_by
-        )
-        outcome = outcome._replace(held=copies)
+        held = _held_copies(session, publish, headers, delivery_mode, flags, now_ms, result.held_by)
+        outcome = outcome._replace(held=held)
     return outcome
+
+
+def _unusable_exchange(name: str, vhost: str, exchange: ExchangeDef | None) -> AMQPError:
+    """The error for a publish to an exchange that is missing or internal."""
+    if exchange is None:
+        return NotFound(f"no exchange '{name}' in vhost '{vhost}'", 60, 40)
+    return AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{vhost}'", 60, 40)
+
+
+def _decoded(
+    session: Session, channel: ChannelState, publish: Publish, flags: int
+) -> tuple[bytes, int, Mapping[str, Any] | None]:
+    """Properties whose flags say a field that matters here is present (or whose bytes the
+    quick reads could not parse), decoded and checked: the property bytes to store (with
+    the reply-to rewritten, BCC stripped), the delivery mode and the headers."""
+    sent = publish.properties_bytes  # encoded again below: its timestamp bytes kept
+    properties_bytes = sent
+    properties = publish.properties
+    delivery_mode = properties.delivery_mode or 0
+    if properties.reply_to == REPLY_QUEUE:
+        if not channel.reply_key:
+            raise PreconditionFailed("fast reply consumer does not exist", 60, 40)
+        properties.reply_to = REPLY_PREFIX + channel.reply_key
+        properties_bytes = keep_timestamp(sent, frame_writer.encode_properties(properties))
+    headers = properties.headers if flags & HEADERS_FLAG else None
+    user_id = properties.user_id
+    if user_id is not None and user_id != session.user and not session.impersonator:
+        raise PreconditionFailed(
+            f"user_id property set to '{user_id}' but authenticated user was '{session.user}'",
+            60,
+            40,
+        )
+    if headers and "BCC" in headers:
+        properties.headers = strip_bcc(dict(headers))
+        properties_bytes = keep_timestamp(sent, frame_writer.encode_properties(properties))
+    return properties_bytes, delivery_mode, headers
+
+
+def _held_by_delayed_exchange(
+    session: Session,
+    publish: Publish,
+    headers: Mapping[str, Any] | None,
+    delivery_mode: int,
+    property_flags: int,
+    now_ms: int,
+) -> RouteOutcome:
+    """A publish to a delayed-message exchange with an x-delay: its timer record."""
+    assert headers is not None
+    assert session.vhost is not None
+    record_flags = _record_flags(delivery_mode, property_flags)
+    timer_record = hold(
+        session.node.timer, session.vhost.name, publish, headers, record_flags, now_ms
+    )
+    # The plugin routes a held message to no queue now: mandatory gets 312 at once.
+    return RouteOutcome(timer_record, [], False)
+
+
+def _held_copies(
+    session: Session,
+    publish: Publish,
+    headers: Mapping[str, Any] | None,
+    delivery_mode: int,
+    property_flags: int,
+    now_ms: int,
+    held_by: tuple[str, ...],
+) -> tuple[Record, ...]:
+    """Timer records for the delayed-message exchanges that routing reached through
+    exchange-to-exchange bindings, one copy each."""
+    assert headers is not None  # only a message with an x-delay is held
+    assert session.vhost is not None
+    record_flags = _record_flags(delivery_mode, property_flags)
+    timer = session.node.timer
+    return tuple(
+        hold(timer, session.vhost.name, publish, headers, record_flags, now_ms, target=name)
+        for name in held_by
+    )
 
 
 def _record(

@@ -2,19 +2,21 @@
 
 Metadata (meta/) decides what exists and checks RabbitMQ's rules; the router answers where a
 publish goes; the store holds messages. This class keeps the three in step: a queue declared
-in metadata gets a store queue id and a runtime; deletions cascade to both.
+in metadata gets a store queue id and a runtime; deletions cascade to both. What a stored
+batch does to its queues is ``intake.py``'s; metadata errors become AMQP ones in
+``meta_calls.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 
-from gateway.amqp.errors import AMQPError, NotFound, error_for_code
+from gateway.amqp.errors import NotFound
 from gateway.features.queue_kinds import new_queue_runtime
 from gateway.queues.behaviour import QueueBehaviour, behaviour_of
 from gateway.queues.dead_letter import DeadLetter
@@ -22,20 +24,13 @@ from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router
 from gateway.vhost import dead_letter_outbox, keyed_routes
-from meta.errors import MetaError
+from gateway.vhost.intake import absorb, refuse
+from gateway.vhost.meta_calls import meta_call
 from meta.group_pins import pinned_groups
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
 from meta.partitions import check_policy, initial_partitions, policy_in_force
 from meta.store import MetadataStore
-from storage import (
-    AppendResult,
-    BrokerUnavailable,
-    Record,
-    StoredMessage,
-    StorePort,
-    UnknownQueue,
-)
-from storage.record import PERSISTENT
+from storage import AppendResult, BrokerUnavailable, Record, StorePort, UnknownQueue
 
 if TYPE_CHECKING:
     from gateway.cluster.placement import QueuePlacement
@@ -43,23 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqgw.vhost")
 GONE_KEPT = 4096  # deleted queue ids remembered: a late feed echo must not bring one back
-
-# tuple.__new__ skips a NamedTuple's Python-level __new__ (a frame per message saved).
-_make_tuple = tuple.__new__
-
-T = TypeVar("T")
-
-
-def amqp_error(error: MetaError, class_id: int, method_id: int) -> AMQPError:
-    return error_for_code(error.reply_code, error.detail, class_id, method_id)
-
-
-async def meta_call(call: Awaitable[T], class_id: int, method_id: int) -> T:
-    """Await a metadata operation, turning its typed error into the AMQP one."""
-    try:
-        return await call
-    except MetaError as error:
-        raise amqp_error(error, class_id, method_id) from None
 
 
 class VirtualHost:
@@ -249,7 +227,7 @@ class VirtualHost:
         """Messages were appended to ``queues``: queues that had read everything take them
         from the batch in hand (no read back from the store); apply drop-head limits; wake."""
         if result is not None and result.refused:
-            self._refused(records, result.refused)
+            refuse(self.queues_by_id, records, result.refused, self._dead_letter)
         absorbed = self._absorb(records, result) if result is not None else set()
         for queue in queues:
             queue.appends_done += 1
@@ -260,79 +238,10 @@ class VirtualHost:
             else:
                 self.scheduler.wake_new_messages(queue)
 
-    def _refused(self, records: Sequence[Record], refused: Iterable[tuple[int, int, int]]) -> None:
-        """The broker refused these destinations (x-max-length reject-publish, counted where
-        every gateway's appends meet): they never entered their queues; reject-publish-dlx
-        dead-letters them. The publishers' nacks are the session's."""
-        for index, queue_id, _ in refused:
-            queue = self.queues_by_id.get(queue_id)
-            if queue is None:
-                continue
-            record = records[index]
-            queue.count_out(len(record.body))
-            queue.rejected_publishes += 1
-            b = queue.behaviour
-            if b.overflow == "reject-publish-dlx" and b.dlx is not None:
-                letter = DeadLetter(
-                    queue.name,
-                    "maxlen",
-                    record.exchange.decode(),
-                    record.routing_key.decode(),
-                    bytes(record.properties),
-                    bytes(record.body),
-                    bool(record.flags & PERSISTENT),
-                    b.dlx,
-                    b.dlrk,
-                )
-                self._dead_letter(letter)
-
     def _absorb(self, records: Sequence[Record], result: AppendResult) -> set[QueueRuntime]:
-        """Hand each new message to its queue if that queue is caught up with the store (it
-        has consumers and has read every partition to the end); returns those queues."""
-        starts = result.queue_starts
-        if not starts or len(result.record_offsets) != len(records):
-            return set()
-        by_id = self.queues_by_id
-        next_offset = dict(starts)
-        taken: dict[int, list[tuple[int, StoredMessage]]] = {}  # queue id -> its messages
-        refused: set[int] = set()
-        store_ts = result.store_ts_ms
-        make = _make_tuple
-        for record, commit_offset in zip(records, result.record_offsets, strict=True):
-            exchange, key, properties, body, destinations, born, flags = record
-            for destination in destinations:
-                offset = next_offset.get(destination)
-                if offset is None:
-                    continue
-                next_offset[destination] = offset + 1
-                queue_id = destination[0]
-                messages = taken.get(queue_id)
-                if messages is None:
-                    if queue_id in refused:
-                        continue
-                    queue = by_id.get(queue_id)
-                    if queue is None or not queue.caught_up(starts):
-                        refused.add(queue_id)
-                        continue
-                    messages = taken[queue_id] = []
-                fields = (
-                    offset,
-                    commit_offset,
-                    exchange,
-                    key,
-                    memoryview(properties),
-                    memoryview(body),
-                    born,
-                    store_ts,
-                    flags,
-                )
-                messages.append((destination[1], make(StoredMessage, fields)))
-        absorbed = set()
-        for queue_id, messages in taken.items():
-            queue = by_id[queue_id]
-            if queue.absorb(messages):
-                absorbed.add(queue)
-        return absorbed
+        """Queues caught up with the store take the batch in hand (gateway/vhost/intake.py);
+        returns those queues."""
+        return absorb(self.queues_by_id, records, result)
 
     async def append(self, records: list[Record], wait_durable: bool = False) -> None:
         """Append messages routed earlier (tx commit, dead letters, timers); count them in."""

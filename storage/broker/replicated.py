@@ -24,7 +24,8 @@ from storage.clients.remote import RemoteStore, connect_remote_store
 from storage.config import StoreConfig
 from storage.log.embedded import open_embedded_store
 from storage.replication.member import ReplicationMember
-from storage.replication.replicated_store import ReplicatedStore, ReplicationSettings
+from storage.replication.replicated_store import ReplicatedStore
+from storage.replication.settings import ReplicationSettings
 from storage.replication.state import ReplicationState
 from storage.wire.frames import MAX_FRAME_BYTES
 

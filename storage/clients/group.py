@@ -34,13 +34,8 @@ from redis.asyncio import Redis
 from meta.groups.keys import ControllerKeys
 from meta.groups.link import GroupLink
 from meta.redis_url import async_client
-from storage.clients.remote import (
-    BrokerUnavailable,
-    RemoteStore,
-    connect_remote_store,
-    limits_for,
-    set_limit,
-)
+from storage.clients.link import BrokerUnavailable
+from storage.clients.remote import RemoteStore, connect_remote_store, limits_for, set_limit
 from storage.errors import NotMaster, StoreClosed, StoreError
 from storage.record import Record
 from storage.repeated_failure import RepeatedFailure

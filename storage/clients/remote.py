@@ -1,10 +1,8 @@
 """RemoteStore: the StorePort over the broker protocol, to one `mqgw broker`.
 
-One TCP connection, pipelined: a call encodes its request, files a waiter under a fresh
-request id, and sleeps; a writer task sends whatever requests are ready as one buffer, a
-reader task hands each answer to the waiter of its id (answers come in any order). So any
-number of tasks may have calls in flight, and an append costs one round trip whether or not
-it waits for durability (the broker waits before answering).
+One TCP connection, pipelined (storage/clients/link.py: BrokerLink): any number of tasks may
+have calls in flight, and an append costs one round trip whether or not it waits for
+durability (the broker waits before answering).
 
 The connection is the supervisor task's business, not the callers':
 - it connects, says HELLO, and publishes the link; when the link breaks, every call in flight
@@ -19,14 +17,13 @@ from __future__ import annotations
 
 import logging
 import random
-import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, cast
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
 
+from storage.clients.link import BrokerLink, BrokerUnavailable, describe_error, enable_keepalive
 from storage.errors import StoreClosed, StoreError
 from storage.record import Record
 from storage.results import (
@@ -37,8 +34,9 @@ from storage.results import (
     ReadResult,
     RetentionReport,
 )
-from storage.wire.frames import FRAME_LEN, MAX_FRAME_BYTES, Frame, FrameDecoder, ProtocolError
-from storage.wire.protocol import (
+from storage.wire.frames import MAX_FRAME_BYTES, ProtocolError
+from storage.wire.replication import Replicate, Replicated
+from storage.wire.requests import (
     NO_PROGRESS,
     PROTOCOL_VERSION,
     Append,
@@ -59,38 +57,11 @@ from storage.wire.protocol import (
     RestartMarks,
     UncleanMarks,
     WaitDurable,
-    decode_response,
-    encode_request,
-    request_op,
 )
-from storage.wire.replication import Replicate, Replicated
 
 log = logging.getLogger("mqgw.storage.remote")
 
-READ_SIZE = 256 << 10
 BACKOFF_FIRST_S = 0.05
-# A peer that vanished without a FIN or RST (host down, partition) is found by TCP keepalive:
-# idle 5 s, then 3 probes 2 s apart. Otherwise calls in flight would wait forever.
-KEEPALIVE = (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3))
-# Keepalive only probes an idle connection. One with a request unanswered behind a partition
-# keeps retransmitting with a doubling delay, so after the heal it could wait 10 s or more for
-# the next try (the nemesis run saw a slave rejoin 12 s late). Data unacknowledged this long
-# (the peer's kernel acknowledges even when its process is paused) closes it: reconnect.
-USER_TIMEOUT_MS = 6000
-
-
-class BrokerUnavailable(StoreError):
-    """The broker cannot be reached. For a call that was in flight when the connection broke
-    the outcome is unknown: an append may or may not have been written."""
-
-
-def enable_keepalive(stream: SocketStream) -> None:
-    """Turn on TCP keepalive with short timers (both ends of the broker protocol use it)."""
-    sock = stream.extra(SocketAttribute.raw_socket)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (*KEEPALIVE, ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
-        if hasattr(socket, name):  # Linux names; elsewhere the system's defaults apply
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -99,116 +70,6 @@ def parse_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"broker address {address!r} is not HOST:PORT")
     return host.removeprefix("[").removesuffix("]"), int(port)
-
-
-class _Waiter:
-    __slots__ = ("done", "error", "frame")
-
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.frame: Frame | None = None
-        self.error: Exception | None = None
-
-
-class _Link:
-    """One connection to the broker: request ids, calls in flight, reader and writer."""
-
-    def __init__(
-        self,
-        stream: SocketStream,
-        address: str,
-        max_frame_bytes: int,
-        on_closed: Callable[[_Link, str], None],
-    ) -> None:
-        self.stream = stream
-        self.address = address
-        self.max_frame_bytes = max_frame_bytes
-        self.closed = False
-        self.fail_with: StoreError | None = None  # what calls in flight get (default: unavailable)
-        self._on_closed = on_closed
-        self._decoder = FrameDecoder(max_frame_bytes)
-        self._pending: dict[int, _Waiter] = {}
-        self._outbox: list[bytes] = []
-        self._wake = anyio.Event()
-        self._last_id = 0
-
-    async def call(self, request: Request) -> Response:
-        if self.closed:
-            raise BrokerUnavailable(f"connection to broker {self.address} closed")
-        pending = self._pending
-        request_id = self._last_id = (self._last_id + 1) & 0xFFFFFFFF
-        while request_id in pending:  # after wrapping around: skip ids still in flight
-            request_id = self._last_id = (request_id + 1) & 0xFFFFFFFF
-        data = encode_request(request_id, request)
-        if len(data) - FRAME_LEN.size > self.max_frame_bytes:
-            raise ProtocolError(
-                f"request of {len(data)} bytes exceeds the frame limit of "
-                f"{self.max_frame_bytes} bytes: send smaller batches"
-            )
-        waiter = pending[request_id] = _Waiter()
-        self._outbox.append(data)
-        self._wake.set()
-        try:
-            await waiter.done.wait()
-        finally:
-            pending.pop(request_id, None)  # cancelled: its answer, if any, is dropped
-        if waiter.error is not None:
-            raise waiter.error
-        frame = waiter.frame
-        assert frame is not None
-        if frame.op != request_op(request) and frame.op != Op.ERROR:
-            raise ProtocolError(f"answer with op {frame.op} to a {request_op(request).name}")
-        return decode_response(frame)  # raises the broker's typed error for ERROR
-
-    async def run(self) -> None:
-        """Read answers and send requests until the connection breaks; then fail every call
-        in flight and tell the owner."""
-        reason = "closed"
-        try:
-            async with self.stream, anyio.create_task_group() as tg:
-                tg.start_soon(self._write_loop)
-                reason = await self._read_loop()
-                tg.cancel_scope.cancel()
-        except Exception as error:
-            reason = _describe(error)
-        finally:
-            self.closed = True
-            message = f"connection to broker {self.address} lost: {reason}"
-            kind: type[StoreError] = BrokerUnavailable
-            if self.fail_with is not None:
-                kind, message = type(self.fail_with), str(self.fail_with)
-            for waiter in self._pending.values():
-                waiter.error = kind(message)  # one each: a raised exception collects its trace
-                waiter.done.set()
-            self._pending.clear()
-            self._on_closed(self, reason)
-
-    async def _read_loop(self) -> str:
-        pending = self._pending
-        while True:
-            try:
-                data = await self.stream.receive(READ_SIZE)
-            except anyio.EndOfStream:
-                return "the broker closed the connection"
-            for frame in self._decoder.feed(data):  # ProtocolError: the link breaks
-                waiter = pending.pop(frame.request_id, None)
-                if waiter is not None:  # None: its caller was cancelled
-                    waiter.frame = frame
-                    waiter.done.set()
-
-    async def _write_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            while self._outbox:
-                outbox, self._outbox = self._outbox, []
-                await self.stream.send(outbox[0] if len(outbox) == 1 else b"".join(outbox))
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        return _describe(error.exceptions[0])
-    return str(error) or repr(error)
 
 
 class RemoteStore:
@@ -232,7 +93,7 @@ class RemoteStore:
         self.broker_name = ""  # from the broker's HELLO
         self.connects = 0
         # Invariant: _connected is set exactly when _link is not None (or when closed).
-        self._link: _Link | None = None
+        self._link: BrokerLink | None = None
         self._connected = anyio.Event()
         self._closed = False
         self._last_error = "not connected yet"
@@ -256,7 +117,7 @@ class RemoteStore:
             link = await self._wait_for_link()
         return await link.call(request)
 
-    async def _wait_for_link(self) -> _Link:
+    async def _wait_for_link(self) -> BrokerLink:
         """The link, waited for up to ``unavailable_wait_s`` after it went down (not after
         each call: once the broker has been away that long, calls fail at once, instead of
         every store call of a gateway blocking that long while a broker group is down)."""
@@ -274,7 +135,7 @@ class RemoteStore:
             f"({self._last_error})"
         )
 
-    def _link_closed(self, link: _Link, reason: str) -> None:
+    def _link_closed(self, link: BrokerLink, reason: str) -> None:
         if self._link is link:
             self._link = None
             self._down_since = anyio.current_time()
@@ -294,7 +155,7 @@ class RemoteStore:
                     continue
                 # Up and down at once (a broker that accepts, then drops us): back off.
             except (OSError, StoreError, TimeoutError) as error:
-                reason = _describe(error)
+                reason = describe_error(error)
                 if reason != self._last_error:  # one line per new reason, not per attempt
                     log.warning("broker at %s unreachable: %s; retrying", self.address, reason)
                 self._last_error = reason
@@ -306,7 +167,7 @@ class RemoteStore:
         with anyio.fail_after(self.unavailable_wait_s):
             stream = await anyio.connect_tcp(self.host, self.port)
         enable_keepalive(stream)
-        link = _Link(stream, self.address, self.max_frame_bytes, self._link_closed)
+        link = BrokerLink(stream, self.address, self.max_frame_bytes, self._link_closed)
         failure: Exception | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(link.run)

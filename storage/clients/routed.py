@@ -31,7 +31,7 @@ from typing import TypeVar
 
 import anyio
 
-from storage.clients.remote import BrokerUnavailable
+from storage.clients.link import BrokerUnavailable
 from storage.errors import StoreError, UnknownQueue
 from storage.port import StorePort
 from storage.record import Record

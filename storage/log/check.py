@@ -29,7 +29,7 @@ from storage.config import StoreConfig
 from storage.errors import StoreError
 from storage.log.commit_log import CommitLog
 from storage.log.file_system import FileSystem
-from storage.log.log_store import read_layout
+from storage.log.opening import read_layout
 from storage.log.recovery import next_valid_offset, record_starts_at
 from storage.log.segment_files import segment_name
 from storage.record import (

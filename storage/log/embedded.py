@@ -25,8 +25,9 @@ from storage.config import FlushPolicy, StoreConfig
 from storage.errors import StoreWriteError
 from storage.log import collector
 from storage.log.file_system import FileSystem
-from storage.log.log_store import Clock, LogStore
+from storage.log.log_store import LogStore
 from storage.log.recovery import finish_recovery
+from storage.log.store_state import Clock
 from storage.record import Record
 from storage.results import (
     QUEUE_GROUP,

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
-from storage.clients.remote import BrokerUnavailable
+from storage.clients.link import BrokerUnavailable
 from storage.rocketmq.client import RocketMQClient
 from storage.rocketmq.connection import open_pool
 from storage.rocketmq.naming import Names

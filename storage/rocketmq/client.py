@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from storage.clients.remote import BrokerUnavailable
+from storage.clients.link import BrokerUnavailable
 from storage.errors import StoreError
 from storage.rocketmq.connection import Pool
 from storage.rocketmq.remoting import Command, loads, request

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import SocketStream, TaskGroup
 
-from storage.clients.remote import BrokerUnavailable
+from storage.clients.link import BrokerUnavailable
 from storage.rocketmq.remoting import Command, FrameReader, ProtocolError, encode
 
 log = logging.getLogger("mqgw.rocketmq")

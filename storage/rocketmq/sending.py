@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import anyio
 
-from storage.clients.remote import BrokerUnavailable
+from storage.clients.link import BrokerUnavailable
 from storage.errors import StoreError
 from storage.record import Record
 from storage.rocketmq.client import (

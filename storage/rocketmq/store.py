@@ -34,7 +34,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
-from storage.clients.remote import BrokerUnavailable
+from storage.clients.link import BrokerUnavailable
 from storage.errors import RecordTooLarge, StaleFence, StoreError, UnknownQueue
 from storage.record import Record
 from storage.results import (

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.servers import RabbitMQProcess, check_for, free_port
+from bench.processes import check_for
+from bench.rabbitmq_node import RabbitMQProcess
+from bench.servers import free_port
 from tests.harness.processes import GatewayProcess
 
 

@@ -21,7 +21,8 @@ from bench import cpu_cap
 from bench.cpu_cap import CpuCap, CpuCapError, find_hierarchy, quota_us
 from bench.load.scenarios import SCENARIOS
 from bench.load.versus import cap_usage, compare_cluster
-from bench.servers import GatewayServer, tree_cpu_s
+from bench.processes import tree_cpu_s
+from bench.servers import GatewayServer
 from mqgw_cli.main import main
 
 

@@ -15,7 +15,7 @@ import pytest
 from bench.load.measure import run_scenario
 from bench.load.runner import Target
 from bench.load.scenarios import SCENARIOS
-from bench.servers import process_tree, tree_cpu_s
+from bench.processes import process_tree, tree_cpu_s
 from tests.harness.processes import GatewayProcess
 
 SCALE = 0.001  # 200 messages for confirm-durable-100b, 1,000 for backlog-1m

@@ -15,7 +15,7 @@ from pamqp import commands
 
 from bench.load.connection import RawConnection
 from bench.servers import GatewayServer, check_for
-from gateway.queues.runtime import FLOW_HIGH
+from gateway.queues.intake import FLOW_HIGH
 from tests.cluster.conftest import Cluster
 from tests.cluster.test_two_gateways import channel
 

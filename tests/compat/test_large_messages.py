@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pika
 
-from bench.servers import tree_rss_mb
+from bench.processes import tree_rss_mb
 from tests.harness.processes import GatewayProcess
 
 BODY_MB = 100

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.processes import check_for, die_with_parent
 from bench.servers import GatewayServer as GatewayProcess
-from bench.servers import check_for, die_with_parent
 
 __all__ = ["REPO", "GatewayProcess", "check_for", "die_with_parent"]
 

@@ -6,6 +6,7 @@ see there. If RabbitMQ cannot start, ``start`` raises: differential tests must f
 
 from __future__ import annotations
 
-from bench.servers import EPMD, RABBITMQ_SERVER, RabbitMQProcess, free_port
+from bench.rabbitmq_node import EPMD, RABBITMQ_SERVER, RabbitMQProcess
+from bench.servers import free_port
 
 __all__ = ["EPMD", "RABBITMQ_SERVER", "RabbitMQProcess", "free_port"]

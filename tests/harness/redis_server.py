@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from bench.servers import check_for, die_with_parent, free_port
+from bench.processes import check_for, die_with_parent
+from bench.servers import free_port
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.servers import check_for, die_with_parent, free_port
+from bench.processes import check_for, die_with_parent
+from bench.servers import free_port
 from tests.harness.redis_server import REDIS_SERVER, RedisServer
 
 SERVICE = "mymaster"

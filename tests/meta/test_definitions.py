@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from meta.definitions import DefinitionsError, parse_definitions, summary_text
+from meta.definitions_checks import default_hashing_algorithm
 from meta.definitions_export import export_definitions
-from meta.definitions_plan import ImportPlan, default_hashing_algorithm, plan_import
+from meta.definitions_plan import ImportPlan, plan_import
 from meta.local_store import LocalMetadataStore
 from meta.models import BindingDef, ExchangeDef, QueueDef, User
 from meta.password import check_password, hash_password

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from meta.local_store import FILE_NAME, LocalMetadataStore
+from meta.local_document import FILE_NAME
+from meta.local_store import LocalMetadataStore
 from meta.queue_route import initial_route
 from tests.meta.builders import qdef
 

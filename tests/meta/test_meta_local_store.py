@@ -10,7 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from meta.local_store import FILE_NAME, LocalMetadataStore
+from meta.local_document import FILE_NAME
+from meta.local_store import LocalMetadataStore
 from meta.models import ConsumptionControl, Permission, User, VHost
 from meta.password import hash_password
 from tests.meta.builders import qbind, qdef, xbind, xdef

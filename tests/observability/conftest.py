@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.servers import GatewayServer, RabbitMQProcess, free_port
+from bench.rabbitmq_node import RabbitMQProcess
+from bench.servers import GatewayServer, free_port
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from bench.servers import GatewayServer, RabbitMQProcess
+from bench.rabbitmq_node import RabbitMQProcess
+from bench.servers import GatewayServer
 from tests.observability.firehose_reader import FirehoseReader, normalise
 
 FULL_PROPERTIES = pika.BasicProperties(

@@ -19,7 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from bench.servers import GatewayServer, RabbitMQProcess, check_for, free_port
+from bench.processes import check_for
+from bench.rabbitmq_node import RabbitMQProcess
+from bench.servers import GatewayServer, free_port
 from mqgw_cli.admin_client import admin_call
 from mqgw_cli.main import main
 from replay.amqp_props import RawProperties, decode, encode, stamp

@@ -8,7 +8,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from storage import FlushPolicy, StoreConfig, open_embedded_store
-from storage.replication.replicated_store import ReplicatedStore, ReplicationSettings
+from storage.replication.replicated_store import ReplicatedStore
+from storage.replication.settings import ReplicationSettings
 from storage.replication.state import ReplicationState
 
 

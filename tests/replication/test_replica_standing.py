@@ -16,7 +16,7 @@ from meta.groups.records import GroupRecord
 from meta.groups.timing import ControllerConfig
 from storage import Record
 from storage.replication.member import ReplicationMember
-from storage.replication.replicated_store import ReplicationSettings
+from storage.replication.settings import ReplicationSettings
 from storage.wire.replication import Replicated
 from tests.replication.replicated import replicated_store
 

@@ -23,7 +23,8 @@ import anyio
 import pytest
 
 from meta import metadata_file
-from meta.local_store import FILE_NAME, LocalMetadataStore
+from meta.local_document import FILE_NAME
+from meta.local_store import LocalMetadataStore
 from meta.models import QueueDef, User
 from meta.password import hash_password
 from storage import QUEUE_GROUP, DiskFull, FlushPolicy, LogStore, StoreConfig, open_embedded_store

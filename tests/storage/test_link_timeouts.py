@@ -10,7 +10,7 @@ import socket
 import anyio
 import pytest
 
-from storage.clients.remote import KEEPALIVE, USER_TIMEOUT_MS, enable_keepalive
+from storage.clients.link import KEEPALIVE, USER_TIMEOUT_MS, enable_keepalive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 

@@ -35,7 +35,8 @@ from storage import (
 from storage.wire import protocol as wire
 from storage.wire.errors import encode_error
 from storage.wire.frames import FRAME_HEAD_SIZE, Frame, FrameDecoder, ProtocolError
-from storage.wire.protocol import (
+from storage.wire.requests import (
+    QUERY_OPS,
     Append,
     CommitOffsets,
     CommittedOffset,
@@ -94,7 +95,7 @@ requests = st.one_of(
     st.builds(OffsetForTime, u32, u32, i64),
     st.builds(UncleanMarks, u32),
     st.builds(RestartMarks, u32),
-    st.sampled_from(sorted(wire.QUERY_OPS)).map(Query),
+    st.sampled_from(sorted(QUERY_OPS)).map(Query),
 )
 messages = st.builds(
     StoredMessage,

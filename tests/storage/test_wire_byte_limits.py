@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from storage import Record
 from storage.wire import protocol as wire
 from storage.wire.frames import FRAME_HEAD_SIZE, FrameDecoder, ProtocolError
-from storage.wire.protocol import Append
+from storage.wire.requests import Append
 
 u32 = st.integers(0, 2**32 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)

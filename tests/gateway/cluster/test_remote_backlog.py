@@ -16,7 +16,8 @@ from gateway.cluster.backlog import (
     SAMPLES_KEPT,
     RemoteBacklog,
 )
-from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
+from gateway.queues.intake import FLOW_HIGH, FLOW_LOW
+from gateway.queues.runtime import QueueRuntime
 from storage import PartitionStats, QueueStats
 from tests.harness.clock import FakeClock
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from gateway.queues.intake import FLOW_HIGH, FLOW_LOW
 from gateway.queues.rate_limit import TokenBucket
-from gateway.queues.runtime import FLOW_HIGH, FLOW_LOW, QueueRuntime
+from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.sessions.channel_state import ChannelState, Consumer
 from meta.models import QueueDef

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.sessions.session import _is_loopback
+from gateway.sessions.handshake import _is_loopback
 
 
 @pytest.mark.parametrize(
