@@ -313,12 +313,6 @@ class Node:
         """Close channels holding a delivery unacked past its queue's consumer timeout."""
         await consumer_timeouts.run(self.sessions, self.settings)
 
-    async def check_consumer_timeouts(self, now: float) -> float:
-        """Fail the channels that timed out; returns the shortest timeout in use (ms)."""
-        return await consumer_timeouts.fail_timed_out(
-            self.sessions, self.settings.consumer_timeout_ms, now
-        )
-
     def queue(self, vhost: str, name: str) -> QueueRuntime | None:
         host = self.vhosts.get(vhost)
         return None if host is None else host.queues.get(name)

@@ -3,7 +3,7 @@ epoch, each new term at a higher epoch than every term before it began, and neve
 confirming at one moment.
 
 A broker logs "broker B is master at epoch E from offset O" when it takes a term and "broker B
-stops acting as master (epoch E)" when it leaves it (storage/replication/replicated_store.py);
+stops acting as master (epoch E)" when it leaves it (storage/replication/role.py);
 each stretch of confirms opens with "broker B confirms as master at epoch E ..." and closes with
 "... confirmed as master at epoch E until T (why)" (storage/replication/confirm_windows.py). A
 kill ends a stretch without a line: the run says when it killed which host. Clocks: every host

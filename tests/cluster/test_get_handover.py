@@ -22,7 +22,7 @@ from tests.cluster.conftest import Channel, Cluster, connect, count
 QUEUE = "jobs"
 MESSAGES = 18
 # The bound docs/cluster.md states: a get on a gateway that does not hold the leases waits
-# at most this long for the holder's hand-over (gateway.cluster.link.HANDOVER_WAIT_S); one
+# at most this long for the holder's hand-over (gateway.cluster.timings.HANDOVER_WAIT_S); one
 # hand-over is a few Redis and broker round trips, milliseconds on loopback.
 HANDOVER_BOUND_S = 0.5
 
