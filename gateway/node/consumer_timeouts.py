@@ -7,26 +7,26 @@ at the open connections they are handed; the node runs ``run`` as one of its tas
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 
 import anyio
 
 from gateway.amqp.errors import PreconditionFailed
 from gateway.config.settings import GatewaySettings
+from gateway.queues.clock import Clock
 from gateway.sessions.channel_state import ChannelState
 from gateway.sessions.session import Session
 
 log = logging.getLogger("mqgw.node")
 
 
-async def run(sessions: Iterable[Session], settings: GatewaySettings) -> None:
+async def run(sessions: Iterable[Session], settings: GatewaySettings, clock: Clock) -> None:
     """Close channels holding a delivery unacked past its queue's consumer timeout."""
     shortest = float(settings.consumer_timeout_ms)
     while True:
         try:
             shortest = await fail_timed_out(
-                sessions, settings.consumer_timeout_ms, time.monotonic()
+                sessions, settings.consumer_timeout_ms, clock.monotonic()
             )
         except Exception:
             log.exception("consumer timeout check failed")

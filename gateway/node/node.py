@@ -8,7 +8,6 @@ consumer timeouts and the connections as a whole (``consumer_timeouts.py``,
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from itertools import count
 from typing import TYPE_CHECKING
@@ -311,7 +310,7 @@ class Node:
 
     async def consumer_timeout_loop(self) -> None:
         """Close channels holding a delivery unacked past its queue's consumer timeout."""
-        await consumer_timeouts.run(self.sessions, self.settings)
+        await consumer_timeouts.run(self.sessions, self.settings, self.scheduler.clock)
 
     def queue(self, vhost: str, name: str) -> QueueRuntime | None:
         host = self.vhosts.get(vhost)
@@ -322,10 +321,11 @@ class Node:
         await chores.commit_offsets(self.vhosts, self.broadcasts, self.timer)
 
     async def housekeeping(self) -> None:
+        clock = self.scheduler.clock
         away_logged = float("-inf")
         steps: list[Callable[[], Awaitable[None]]] = [
-            lambda: self.sample_stats(time.monotonic()),
-            lambda: self.apply_queue_retention(time.time_ns() // 1_000_000),
+            lambda: self.sample_stats(clock.monotonic()),
+            lambda: self.apply_queue_retention(clock.wall_ms()),
             self.commit_offsets,
             lambda: chores.start_waiting_queues(self.vhosts),
         ]
@@ -338,8 +338,8 @@ class Node:
                 except StoreError as error:
                     # A broker group away (cluster): its queues wait, the step runs again in
                     # a second; the gateway and the other groups' queues carry on.
-                    if time.monotonic() - away_logged >= STORE_AWAY_LOG_EVERY_S:
-                        away_logged = time.monotonic()
+                    if clock.monotonic() - away_logged >= STORE_AWAY_LOG_EVERY_S:
+                        away_logged = clock.monotonic()
                         log.warning("housekeeping: store calls fail (%s); retrying every "
                                     "%.0f s", error, COMMIT_INTERVAL_S)  # fmt: skip
             if any(v.dead_letters for v in self.vhosts.values()):  # at-least-once retries

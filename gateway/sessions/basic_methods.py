@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import os
-import time
 from typing import TYPE_CHECKING
 
 from pamqp import commands
@@ -180,7 +179,7 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
     if m.no_ack:
         queue.settle(partition, message)
     else:
-        channel.unacked[tag] = Delivery(queue, partition, message, None, time.monotonic())
+        channel.unacked[tag] = Delivery(queue, partition, message, None, session.now())
     if session.tap is not None:
         message = session.tap.delivered(channel, queue, message, redelivered, tag)
     count = await queue.message_count()

@@ -6,8 +6,7 @@ per channel and increase by one per delivery, as the spec requires.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +71,7 @@ class Delivery:
     partition: int
     message: StoredMessage
     consumer: Consumer | None  # None for basic.get
-    at: float = 0.0  # time.monotonic() of the delivery (consumer timeout)
+    at: float = 0.0  # the node clock's monotonic() at delivery (consumer timeout)
 
 
 @dataclass(slots=True)
@@ -120,14 +119,20 @@ class ChannelState:
         return tag
 
     def record_delivery(
-        self, consumer: Consumer, queue: QueueRuntime, partition: int, message: StoredMessage
+        self,
+        consumer: Consumer,
+        queue: QueueRuntime,
+        partition: int,
+        message: StoredMessage,
+        now: Callable[[], float],
     ) -> int:
-        """Book a delivery to ``consumer``: its tag, and its unacked entry unless no-ack."""
+        """Book a delivery to ``consumer``: its tag, and its unacked entry unless no-ack
+        (stamped with ``now()``, the node's monotonic clock, for the consumer timeout)."""
         tag = self.take_tag()
         if consumer.no_ack:
             queue.settle(partition, message)
         else:
-            self.unacked[tag] = Delivery(queue, partition, message, consumer, time.monotonic())
+            self.unacked[tag] = Delivery(queue, partition, message, consumer, now())
             consumer.unacked += 1
         return tag
 

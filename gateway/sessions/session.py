@@ -67,6 +67,8 @@ LOW_WATER_BYTES = 1 << 20
 class Session:
     def __init__(self, node: SessionHost, conn: ServerConnection, peer: str, local: str) -> None:
         self.node = node
+        # The node's clock (read per delivery, for the consumer timeout): a fake in tests.
+        self.now = node.scheduler.clock.monotonic
         self.conn = conn
         self.peer = peer
         self.local = local
@@ -166,7 +168,7 @@ class Session:
         redelivered: bool,
     ) -> None:
         channel = consumer.channel
-        tag = channel.record_delivery(consumer, queue, partition, message)
+        tag = channel.record_delivery(consumer, queue, partition, message, self.now)
         if self.tap is not None:
             message = self.tap.delivered(channel, queue, message, redelivered, tag)
         body = message.body

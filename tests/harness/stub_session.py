@@ -4,6 +4,7 @@ node's alarms it records the connection.blocked notices it was given."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gateway.queues.runtime import QueueRuntime
@@ -31,7 +32,7 @@ class StubSession:
         message: Any,
         redelivered: bool,
     ) -> None:
-        consumer.channel.record_delivery(consumer, queue, partition, message)
+        consumer.channel.record_delivery(consumer, queue, partition, message, time.monotonic)
         self.deliveries.append((consumer.tag, bytes(message.body), redelivered))
         self.queues.append(queue.name)
 
