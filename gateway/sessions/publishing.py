@@ -20,7 +20,16 @@ from gateway.amqp.errors import (
     NotFound,
     PreconditionFailed,
 )
-from gateway.amqp.property_bytes import keep_timestamp
+from gateway.amqp.property_bytes import (
+    CONTENT_ENCODING,
+    CONTENT_TYPE,
+    DELIVERY_MODE,
+    EXPIRATION,
+    HEADERS,
+    REPLY_TO,
+    USER_ID,
+    keep_timestamp,
+)
 from gateway.features.delayed_exchange import delay_of, hold
 from gateway.features.direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from gateway.features.gray import marked_gray
@@ -37,12 +46,7 @@ if TYPE_CHECKING:
 _FLAGS = struct.Struct(">H")
 _make_tuple = tuple.__new__
 _LEADING_INTEGER = re.compile(r"[+-]?[0-9]+")
-HEADERS_FLAG = 0x2000
-DELIVERY_MODE_FLAG = 0x1000
-REPLY_TO_FLAG = 0x0200
-USER_ID_FLAG = 0x0010
-EXPIRATION_FLAG = 0x0100
-_BEFORE_DELIVERY_MODE = 0x8000 | 0x4000 | HEADERS_FLAG  # content-type, -encoding, headers
+_BEFORE_DELIVERY_MODE = CONTENT_TYPE | CONTENT_ENCODING | HEADERS
 
 
 class RouteOutcome(NamedTuple):
@@ -75,18 +79,18 @@ def route_publish(
     properties_bytes = publish.properties_bytes
     flags = _FLAGS.unpack_from(properties_bytes)[0] if len(properties_bytes) >= 2 else 0
     headers = None
-    if not flags & DELIVERY_MODE_FLAG:
+    if not flags & DELIVERY_MODE:
         delivery_mode = 0
     elif not flags & _BEFORE_DELIVERY_MODE and len(properties_bytes) > 2:
         delivery_mode = properties_bytes[2]  # the first property present: no call
     else:
         delivery_mode = _delivery_mode(properties_bytes, flags)
-    if flags & EXPIRATION_FLAG:
+    if flags & EXPIRATION:
         _check_expiration(publish.properties.expiration)
-    if flags & (HEADERS_FLAG | USER_ID_FLAG | REPLY_TO_FLAG) or delivery_mode < 0:
+    if flags & (HEADERS | USER_ID | REPLY_TO) or delivery_mode < 0:
         # Off the common path: this one decodes, and a call is nothing beside the decoding.
         properties_bytes, delivery_mode, headers = _decoded(session, channel, publish, flags)
-    if flags & DELIVERY_MODE_FLAG and delivery_mode not in (1, 2):
+    if flags & DELIVERY_MODE and delivery_mode not in (1, 2):
         # RabbitMQ's message validation (rabbit_channel): 1 and 2 only, when present.
         raise PreconditionFailed(
             f"invalid message: {{delivery_mode_unknown,{delivery_mode}}}", 60, 40
@@ -104,7 +108,7 @@ def route_publish(
         if (
             queue.plain
             and delivery_mode != 2
-            and not flags & EXPIRATION_FLAG
+            and not flags & EXPIRATION
             and not channel.tx_mode
             and not channel.confirm_mode
             and session.tap is None
@@ -158,7 +162,7 @@ def _decoded(
             raise PreconditionFailed("fast reply consumer does not exist", 60, 40)
         properties.reply_to = REPLY_PREFIX + channel.reply_key
         properties_bytes = keep_timestamp(sent, frame_writer.encode_properties(properties))
-    headers = properties.headers if flags & HEADERS_FLAG else None
+    headers = properties.headers if flags & HEADERS else None
     user_id = properties.user_id
     if user_id is not None and user_id != session.user and not session.impersonator:
         raise PreconditionFailed(
@@ -280,7 +284,7 @@ def _refuse_overflow(
 def _record_flags(delivery_mode: int, property_flags: int) -> int:
     """The store record's flags: persistent, and whether an expiration is to be read."""
     flags = PERSISTENT if delivery_mode == 2 else 0
-    return flags | EXPIRES if property_flags & EXPIRATION_FLAG else flags
+    return flags | EXPIRES if property_flags & EXPIRATION else flags
 
 
 def _check_expiration(expiration: str | None) -> None:
@@ -310,7 +314,7 @@ def _delivery_mode(properties: bytes, flags: int) -> int:
             pos += 1 + properties[pos]
         if flags & 0x4000:  # content-encoding shortstr
             pos += 1 + properties[pos]
-        if flags & HEADERS_FLAG:  # field table: u32 length
+        if flags & HEADERS:  # field table: u32 length
             pos += 4 + int.from_bytes(properties[pos : pos + 4], "big")
         return properties[pos]
     except IndexError:

@@ -10,7 +10,7 @@ import asyncio
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -24,6 +24,7 @@ from meta.models import ExchangeDef, QueueDef
 from meta.redis_conn import AsyncioRequired
 from meta.redis_store import RedisMetadataStore
 from tests.harness.redis_server import RedisServer
+from tests.harness.waiting import eventually
 from tests.meta.builders import next_events, qbind, qdef, xdef
 
 pytestmark = pytest.mark.anyio
@@ -52,14 +53,6 @@ async def open_store(
     yield open_store
     for store in opened:
         await store.close()
-
-
-async def poll(probe: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
-    """Wait until ``probe()`` is true (nats-server's checkFor), failing after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not await probe():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 # --- two gateways at once ----------------------------------------------------------
@@ -206,7 +199,7 @@ async def test_a_lapsed_gateway_is_reaped_and_a_live_one_is_not(
     async def lapsed() -> bool:
         return await reaper.lapsed_gateways() == ["gw-a"]
 
-    await poll(lapsed)
+    await eventually(5, lapsed, "the lease lapsed")
     assert await reaper.live_gateways() == ["gw-b"]
     assert not await store.renew_gateway("gw-a", ttl_ms=300)  # too late: it must re-register
     deleted = await reaper.reap_gateway("gw-a")
@@ -238,7 +231,7 @@ async def test_broker_heartbeats_and_lapses(open_store: Callable[..., RedisMetad
     async def g1_lapsed() -> bool:
         return not (await store.list_brokers())[0].alive
 
-    await poll(g1_lapsed)
+    await eventually(5, g1_lapsed, "g1 lapsed")
     await store.register_broker("g1", "b1", "127.0.0.1:7011", ttl_ms=300)  # back, moved
     again = (await store.list_brokers())[0]
     assert again.alive and again.address == "127.0.0.1:7011"

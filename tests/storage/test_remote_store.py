@@ -23,6 +23,7 @@ from storage import (
     open_embedded_store,
 )
 from storage.wire.frames import ProtocolError
+from tests.harness.waiting import eventually
 from tests.storage.helpers import bodies
 from tests.storage.remote_helpers import served
 
@@ -59,13 +60,6 @@ def rec(body: bytes) -> Record:
     return Record(b"ex", b"rk", b"", body, ((1, 0),))
 
 
-async def poll(condition: object) -> None:
-    assert callable(condition)
-    with anyio.fail_after(5):
-        while not condition():
-            await anyio.sleep(0.005)
-
-
 async def test_a_read_is_answered_while_an_earlier_append_waits_for_durability(
     tmp_path: Path,
 ) -> None:
@@ -78,7 +72,7 @@ async def test_a_read_is_answered_while_an_earlier_append_waits_for_durability(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(durable_append)
-            await poll(lambda: store.waiting)
+            await eventually(5, lambda: store.waiting, "an append waiting", interval_s=0.005)
             # Same connection, later request: answered while the append is still unanswered.
             assert bodies((await remote.read(1, 0, 0)).messages) == [b"first"]
             assert done == []
@@ -121,7 +115,7 @@ async def test_broker_stop_answers_what_is_in_flight_then_closes(tmp_path: Path)
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(append)
-                await poll(lambda: store.waiting)
+                await eventually(5, lambda: store.waiting, "an append waiting", interval_s=0.005)
                 stop.set()
                 host, port = address.split(":")
                 with anyio.fail_after(5):  # the listener goes first
