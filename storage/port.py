@@ -29,7 +29,9 @@ from storage.results import (
 class StorePort(Protocol):
     async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
         """Append a batch, all or nothing; with ``wait_durable`` complete once it is durable
-        under the flush policy, otherwise once written (readable, ordered)."""
+        under the flush policy, otherwise once written (readable, ordered): the gateway then
+        awaits ``wait_durable(result.end_offset)`` before confirming, so publishes keep
+        channel order while their confirms wait for the fsync."""
         ...
 
     async def wait_durable(self, end_offset: int) -> None:
@@ -119,21 +121,25 @@ class StorePort(Protocol):
         ...
 
     async def held_back_bytes(self) -> dict[int, int]:
-        """Per queue with unconsumed records: commitlog bytes it keeps from being reclaimed."""
+        """Per queue with unconsumed records: commitlog bytes it keeps from being reclaimed
+        (from its oldest unread record's segment to the end)."""
         ...
 
     async def oldest_segment_ts(self) -> int | None:
-        """Store time of the oldest commitlog segment's last record, when it is sealed."""
+        """Store time of the oldest commitlog segment's last record, when it is sealed
+        (messages stored up to then are what deleting that segment would drop)."""
         ...
 
     async def restart_marks(self, queue_id: int) -> dict[int, int]:
         """Per partition: the index length found when the store opened (what lies below was
-        stored by an earlier run)."""
+        stored by an earlier run: transient messages there are dropped, as RabbitMQ drops
+        them at a restart)."""
         ...
 
     async def unclean_marks(self, queue_id: int) -> dict[int, int]:
         """After a crash, per partition: the index length found at open (messages below may
-        have been delivered before it). Empty after a clean shutdown."""
+        have been delivered before it: RabbitMQ flags them redelivered). Empty after a clean
+        shutdown."""
         ...
 
 

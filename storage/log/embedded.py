@@ -99,12 +99,6 @@ class EmbeddedStore:
         self._checkpointing = anyio.Lock()
 
     async def append(self, records: Sequence[Record], wait_durable: bool = True) -> AppendResult:
-        """Append a batch; by default completes when it is durable under the flush policy.
-
-        With ``wait_durable=False`` it completes once written (readable, ordered) and the
-        caller awaits ``wait_durable(result.end_offset)`` before confirming: publishes stay in
-        channel order while their confirms wait for the fsync.
-        """
         if self.committer.failure is not None:
             raise StoreWriteError(f"store failed an fsync earlier: {self.committer.failure}")
         result = self.log.append(records)
@@ -113,11 +107,9 @@ class EmbeddedStore:
         return result
 
     async def backlog_bytes(self) -> int:
-        """Bytes appended but not yet durable: how far fsync is behind the writers."""
         return max(0, self.log.commit_log.write_offset - self.log.durable_offset)
 
     async def wait_durable(self, end_offset: int) -> None:
-        """Completes when everything before ``end_offset`` is durable under the policy."""
         if self._sync:
             await self.committer.wait_durable(end_offset)
 
@@ -143,7 +135,6 @@ class EmbeddedStore:
         self.log.create_queue(queue_id, partitions)
 
     async def queues(self) -> dict[int, int]:
-        """Queue id -> partitions, for every queue the store holds."""
         return self.log.queues()
 
     async def delete_queue(self, queue_id: int) -> None:
@@ -178,14 +169,9 @@ class EmbeddedStore:
         only a broker shared by several gateways enforces limits carried by appends."""
 
     async def unclean_marks(self, queue_id: int) -> dict[int, int]:
-        """After a crash: per partition, the index length found at open (messages below it
-        may have been delivered before the crash: RabbitMQ flags them redelivered). Empty
-        after a clean shutdown."""
         return _of_queue(self.log.unclean_marks, queue_id)
 
     async def restart_marks(self, queue_id: int) -> dict[int, int]:
-        """Per partition, the index length found when the store opened: messages below were
-        stored by an earlier run (transient ones there are dropped, as RabbitMQ drops them)."""
         return _of_queue(self.log.restart_marks, queue_id)
 
     async def offset_for_time(self, queue_id: int, partition: int, ts_ms: int) -> int:
@@ -199,20 +185,15 @@ class EmbeddedStore:
         return self.log.apply_retention()
 
     async def disk_bytes(self) -> int:
-        """Bytes of commitlog on disk (what a disk budget is compared with)."""
         return self.log.commit_log.files.total_bytes()
 
     async def oldest_segment_ts(self) -> int | None:
-        """Store time of the last record in the oldest commitlog segment, when it is sealed
-        (messages stored up to then are what deleting that segment would drop)."""
         files = self.log.commit_log.files
         if len(files.segments) < 2:
             return None
         return self.log.commit_log.sealed_ts_ms.get(files.segments[0].start)
 
     async def held_back_bytes(self) -> dict[int, int]:
-        """Per queue with unconsumed records: the commitlog bytes from its oldest one's
-        segment to the end, which cannot be reclaimed while it is unread."""
         log = self.log.commit_log
         end = log.write_offset
         held: dict[int, int] = {}
