@@ -78,13 +78,6 @@ class ConnectionPort(Protocol):
     publish_limits: Limits | None
 
 
-class ReplyChannel(Protocol):
-    """A channel as direct reply-to holds it: a reply is dropped once it is closing."""
-
-    @property
-    def closing(self) -> bool: ...
-
-
 class ControlledNode(Protocol):
     """The node as the consumption controls use it."""
 

@@ -8,7 +8,7 @@ Public surface (everything else is internal):
 - ``LogStore`` (the synchronous core; benchmarks, tools, tests)
 - ``StoreConfig``, ``FlushPolicy``; ``Record`` in, ``StoredMessage`` out
 - result types and typed errors
-- ``check_store`` / ``repair_store`` for `mqgw storage check|repair`
+- ``check_store`` (log/check.py) and ``repair_store`` (log/repair.py): `mqgw storage check|repair`
 """
 
 from storage.broker.server import serve_broker

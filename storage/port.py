@@ -13,7 +13,7 @@ remote one adds ``BrokerUnavailable`` (the outcome of an in-flight call is then 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from storage.record import Record
 from storage.results import (
@@ -141,15 +141,3 @@ class StorePort(Protocol):
         have been delivered before it: RabbitMQ flags them redelivered). Empty after a clean
         shutdown."""
         ...
-
-
-if TYPE_CHECKING:  # both implementations must fit the port: mypy checks it here
-    from storage.clients.remote import RemoteStore
-    from storage.clients.routed import RoutedStore
-    from storage.log.embedded import EmbeddedStore
-    from storage.rocketmq.store import RocketMQStore
-
-    _embedded: type[StorePort] = EmbeddedStore
-    _remote: type[StorePort] = RemoteStore
-    _routed: type[StorePort] = RoutedStore
-    _rocketmq: type[StorePort] = RocketMQStore

@@ -20,14 +20,35 @@ by offset. Named checks (a failure says which):
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from controller.sim.messages import Entry
 from meta.groups.records import GroupRecord
 
 if TYPE_CHECKING:
-    from controller.sim.broker import SimBroker
     from controller.sim.world import World
+
+
+class CheckedBroker(Protocol):
+    """What the oracle reads of a simulated broker (controller/sim/broker.py)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def log(self) -> Sequence[Entry]: ...
+
+    @property
+    def confirmed(self) -> int: ...
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def role_epoch(self) -> int: ...
+
+    def can_confirm(self) -> bool: ...
 
 
 class SimFailure(AssertionError):
@@ -40,7 +61,7 @@ class SimFailure(AssertionError):
 class Oracle:
     def __init__(self, world: World) -> None:
         self.world = world
-        self.brokers: dict[str, SimBroker] = {}
+        self.brokers: dict[str, CheckedBroker] = {}
         self.history: list[Entry] = []
         self.in_history: set[int] = set()
         self.client_acked: set[int] = set()
@@ -56,7 +77,7 @@ class Oracle:
 
     # -- history --
 
-    def _verify(self, broker: SimBroker, upto: int, extend: bool) -> None:
+    def _verify(self, broker: CheckedBroker, upto: int, extend: bool) -> None:
         """``broker.log[:upto]`` agrees with history (and extends it if ``extend``)."""
         log, history, start = broker.log, self.history, self.verified.get(broker.name, 0)
         for offset in range(start, upto):
@@ -78,7 +99,7 @@ class Oracle:
             self.in_history.add(entry[1])
         self.verified[broker.name] = max(start, upto)
 
-    def confirmed(self, broker: SimBroker) -> None:
+    def confirmed(self, broker: CheckedBroker) -> None:
         if broker.role == "master":
             self._only_confirmer(broker)
         grew = broker.confirmed > len(self.history)
@@ -97,7 +118,7 @@ class Oracle:
                 )
             self._verify(broker, len(self.history), extend=False)
 
-    def truncating(self, broker: SimBroker, end: int, why: str) -> None:
+    def truncating(self, broker: CheckedBroker, end: int, why: str) -> None:
         log, history = broker.log, self.history
         for offset in range(end, min(len(log), len(history))):
             if log[offset] == history[offset]:
@@ -107,7 +128,7 @@ class Oracle:
                 )
         self.verified[broker.name] = min(self.verified.get(broker.name, 0), end)
 
-    def crashed(self, broker: SimBroker) -> None:
+    def crashed(self, broker: CheckedBroker) -> None:
         if broker.name in self.record.in_sync:
             self._check_in_sync()
 
@@ -129,17 +150,17 @@ class Oracle:
 
     # -- masters and epochs --
 
-    def master(self, broker: SimBroker, epoch: int) -> None:
+    def master(self, broker: CheckedBroker, epoch: int) -> None:
         other = self.masters.setdefault(epoch, broker.name)
         if other != broker.name:
             self.fail("one-master-per-epoch", f"{broker.name} and {other} at epoch {epoch}")
         if broker.log and broker.log[-1][0] > epoch:
             self.fail("epochs-monotonic", f"{broker.name} master at {epoch} below its log")
 
-    def standing(self, broker: SimBroker) -> None:
+    def standing(self, broker: CheckedBroker) -> None:
         self._only_confirmer(broker)
 
-    def _only_confirmer(self, broker: SimBroker) -> None:
+    def _only_confirmer(self, broker: CheckedBroker) -> None:
         for other in self.brokers.values():
             if other is not broker and other.can_confirm():
                 self.fail(
@@ -148,7 +169,7 @@ class Oracle:
                     f"(epoch {other.role_epoch}) can both confirm",
                 )
 
-    def epoch_seen(self, broker: SimBroker, old: int, new: int) -> None:
+    def epoch_seen(self, broker: CheckedBroker, old: int, new: int) -> None:
         if new < old:
             self.fail("epochs-monotonic", f"{broker.name} went from epoch {old} to {new}")
 

@@ -19,7 +19,13 @@ import os
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from gateway.ports import ReplyChannel
+
+class ReplyChannel(Protocol):
+    """A channel as direct reply-to holds it: a reply is dropped once it is closing."""
+
+    @property
+    def closing(self) -> bool: ...
+
 
 Channel = TypeVar("Channel", bound=ReplyChannel)
 Channel_contra = TypeVar("Channel_contra", bound=ReplyChannel, contravariant=True)

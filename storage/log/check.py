@@ -299,15 +299,3 @@ def _check_locked(
         return scan_all(commit_log, progress)
     finally:
         commit_log.close()
-
-
-def repair_store(
-    config: StoreConfig,
-    fs: FileSystem | None = None,
-    progress: ProgressCallback | None = None,
-    note: Callable[[str], None] | None = None,
-) -> CheckReport:
-    """storage.log.repair.repair_store, under its old name (repair builds on this module)."""
-    from storage.log.repair import repair_store as repair  # noqa: PLC0415
-
-    return repair(config, fs, progress, note)

@@ -6,7 +6,8 @@ import shutil
 import pytest
 
 from storage import CorruptionError, LogStore, StoreConfig
-from storage.log.check import check_store, config_for, repair_store
+from storage.log.check import check_store, config_for
+from storage.log.repair import repair_store
 from tests.storage.helpers import bodies, rec
 
 
