@@ -3,7 +3,8 @@
 Kept apart from frame_writer so that it has a compiled twin:
 ``speedups/mqgw_speedups/deliver_frame.pyx`` builds the same bytes in C, and ``twins.twin``
 picks it when it is built (``MQGW_PURE_PYTHON=1`` forces this module). This module is the
-reference: both give the same results, which tests/amqp/test_twins.py checks on random input.
+reference: both give the same results, which tests/gateway/amqp/test_twins.py checks on
+random input.
 
 Only the common message is handled here, one whose body fits one frame and whose names fit
 a shortstr; anything else is None, and frame_writer.deliver frames it (several body frames

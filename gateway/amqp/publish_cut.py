@@ -3,7 +3,7 @@
 The hot inbound path, kept apart from frame_reader so that it has a compiled twin:
 ``speedups/mqgw_speedups/publish_cut.pyx`` does the same in C, and ``twins.twin`` picks it
 when it is built (``MQGW_PURE_PYTHON=1`` forces this module). This module is the reference:
-both give the same results, which tests/amqp/test_twins.py checks on random input.
+both give the same results, which tests/gateway/amqp/test_twins.py checks on random input.
 
 ``properties_well_formed`` checks a content header's property bytes as RabbitMQ 3.10's decoder
 reads them (rabbit_framing_amqp_0_9_1:decode_properties, rabbit_binary_parser:parse_table) in

@@ -8,7 +8,8 @@ extension ``mqgw_speedups.<name>``: ``pip install .``, a wheel, and the editable
 ``scripts/setup`` (in place, beside the ``.pyx``) all have it. Where the build found no C
 compiler or no Python headers it warned, installed pure Python only and left the reason in
 ``speedups/mqgw_speedups/not_built.txt``. Both twins can be imported in one process, so the
-tests run the codec suites against both and compare them on random input (tests/amqp/test_twins.py).
+tests run the codec suites against both and compare them on random input
+(tests/gateway/amqp/test_twins.py).
 
 ``pick(pure_function)`` gives the same-named function of the compiled twin when it is built,
 else ``pure_function``. ``MQGW_PURE_PYTHON=1`` in the environment forces the pure modules

@@ -1,7 +1,7 @@
 """The settings table of docs/configuration.md, generated from GatewaySettings.
 
 ``python -m gateway.config.reference`` rewrites the part of the document between the markers;
-tests/gateway/test_settings_docs.py fails when the document and the model disagree.
+tests/gateway/config/test_settings_docs.py fails when the document and the model disagree.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from cryptography import x509
 
 from bench.servers import free_port
 from gateway.amqp.frame_reader import PROTOCOL_HEADER
-from tests.amqp.helpers import parse
+from tests.gateway.amqp.helpers import parse
 from tests.harness.processes import REPO, GatewayProcess, check_for, die_with_parent
 
 NODE_DIR = Path(__file__).parent / "node"

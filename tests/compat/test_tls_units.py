@@ -27,8 +27,8 @@ from gateway.net.tls import (
     build_context,
     version_range,
 )
-from tests.amqp.helpers import parse, start_ok
 from tests.compat.test_tls import Pki, write_leaf
+from tests.gateway.amqp.helpers import parse, start_ok
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pamqp import commands, header
 
 from gateway.amqp import decode_properties, frame_writer
-from tests.amqp.helpers import frame, handshake, open_channel, parse, publish
+from tests.gateway.amqp.helpers import frame, handshake, open_channel, parse, publish
 
 UTC = datetime.UTC
 

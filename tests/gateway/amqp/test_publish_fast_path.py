@@ -13,7 +13,7 @@ from pamqp import commands
 from gateway.amqp import ServerConnection
 from gateway.amqp.events import Publish
 from gateway.amqp.frame_reader import FrameReader
-from tests.amqp.helpers import frame, handshake, open_channel, publish
+from tests.gateway.amqp.helpers import frame, handshake, open_channel, publish
 
 PIECES = st.one_of(
     st.builds(

@@ -12,7 +12,7 @@ from gateway.amqp import ConnectionState, ServerConnection, events
 from gateway.amqp.errors import ConnectionForced
 from gateway.amqp.frame_reader import PROTOCOL_HEADER
 from gateway.amqp.methods import negotiate
-from tests.amqp.helpers import close_of, frame, handshake, parse, start_ok
+from tests.gateway.amqp.helpers import close_of, frame, handshake, parse, start_ok
 
 
 def test_start_is_sent_after_protocol_header_with_rabbitmq_capabilities() -> None:

@@ -7,7 +7,7 @@ from pamqp import body, commands, header
 
 from gateway.amqp import ServerConnection, events
 from gateway.amqp.errors import NotFound, PreconditionFailed
-from tests.amqp.helpers import close_of, frame, handshake, open_channel, parse, publish
+from tests.gateway.amqp.helpers import close_of, frame, handshake, open_channel, parse, publish
 
 
 @pytest.fixture

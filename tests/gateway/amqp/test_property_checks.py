@@ -17,7 +17,7 @@ from gateway.amqp import ServerConnection, channel, decode_properties, frame_rea
 from gateway.amqp import property_bytes as pb
 from gateway.amqp.events import ConnectionCloseSent, Publish
 from gateway.amqp.twins import compiled_twin
-from tests.amqp.helpers import close_of, frame, handshake, open_channel
+from tests.gateway.amqp.helpers import close_of, frame, handshake, open_channel
 
 Check = Callable[[bytes], bool]
 COMPILED = compiled_twin(publish_cut)

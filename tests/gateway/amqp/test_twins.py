@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut, twins
-from tests.amqp.helpers import frame, publish
+from tests.gateway.amqp.helpers import frame, publish
 from tests.harness.processes import REPO
 
 PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

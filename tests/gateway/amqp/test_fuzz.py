@@ -21,7 +21,7 @@ from gateway.amqp.errors import AMQPError
 from gateway.amqp.frame_reader import PROTOCOL_HEADER, FrameReader
 from gateway.amqp.publish_cut import properties_well_formed
 from gateway.amqp.sasl import parse_response
-from tests.amqp.helpers import frame, start_ok
+from tests.gateway.amqp.helpers import frame, start_ok
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -8,7 +8,7 @@ import struct
 from pamqp import commands
 
 from gateway.amqp import frame_writer
-from tests.amqp.helpers import frame, handshake, open_channel, parse
+from tests.gateway.amqp.helpers import frame, handshake, open_channel, parse
 
 
 def test_a_large_body_is_framed_without_copying_and_written_in_pieces() -> None:

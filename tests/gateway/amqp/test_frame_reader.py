@@ -8,7 +8,7 @@ from pamqp import commands
 from gateway.amqp import FrameReader, ServerConnection, events
 from gateway.amqp.errors import FrameError
 from gateway.amqp.frame_reader import PROTOCOL_HEADER, ProtocolHeaderReceived, RawFrame
-from tests.amqp.helpers import close_of, frame, handshake
+from tests.gateway.amqp.helpers import close_of, frame, handshake
 
 
 def test_frames_come_out_whatever_the_split() -> None:

@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut, twins
-from tests.amqp import (
+from tests.gateway.amqp import (
     test_frame_reader,
     test_frame_writer,
     test_fuzz,
