@@ -96,6 +96,12 @@ class ClusterRegistry(Protocol):
         """Delete the exclusive queues of every "<gateway_id>/<n>" connection and forget the
         gateway. Does nothing while its lease is live, unless ``force`` (a clean shutdown)."""
 
+    async def raise_queue_ids(self, floor: int) -> int:
+        """Queue ids handed out from now on are above ``floor`` (the highest id the brokers
+        hold): an id Redis handed out and then lost at a failover, with the queue's record,
+        is never given to a new queue, which would meet the lost one's messages. Returns
+        the counter."""
+
     # --- broker registry ---
     async def register_broker(self, group: str, broker_id: str, address: str, ttl_ms: int) -> None:
         """Heartbeat: create or refresh the broker's entry and lease."""

@@ -80,6 +80,16 @@ redis.call('SET', KEYS[3], token .. ' -', 'PX', ARGV[3])
 return {'taken', ARGV[1], token, before}
 """
 # KEYS: lease, handed note; ARGV: owner, mark ("": none), note ttl ms.
+# KEYS: queue-id counter. ARGV: floor. The counter, raised to the floor if below it.
+_RAISE_COUNTER = """
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n < tonumber(ARGV[1]) then
+  n = tonumber(ARGV[1])
+  redis.call('SET', KEYS[1], n)
+end
+return n
+"""
+
 _DROP_LEASE = """
 local held = redis.call('GET', KEYS[1])
 if not held then
@@ -248,6 +258,11 @@ class RedisClusterRegistry(RedisStoreBase):
 
     async def answer_hand_over(self, request_id: str, answer: str) -> None:
         await request_lists.push(self._conn, self._keys.hand_over_answer(request_id), answer)
+
+    async def raise_queue_ids(self, floor: int) -> int:
+        keys, args = [self._keys.queue_ids], [floor]
+        script = self._script("_raise_counter_script", _RAISE_COUNTER)
+        return int(await self._conn.run(lambda: script(keys=keys, args=args)))
 
     def _hold_script(self, **call: Any) -> Any:
         return self._script("_hold_lease_script", _HOLD_LEASE)(**call)

@@ -50,12 +50,14 @@ from gateway.cluster.shares import ThrottleShares
 from gateway.cluster.timings import (
     GATEWAY_LEASE_MS,
     POLL_S,
+    QUEUE_IDS_WAIT_S,
     RELEASE_AT_STOP_S,
     RENEW_EVERY_S,
     RETRY_S,
 )
 from gateway.cluster.views import ClusterViews
 from gateway.controls import Controls
+from gateway.features.log_timer import TIMER_QUEUE_ID
 from meta.change_feed import Change, Reload
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
@@ -63,6 +65,7 @@ from meta.reply_relay import ReplyInboxes
 from meta.throttle_shares import ThrottleDemand
 from storage import BrokerUnavailable
 from storage.clients.routed import RoutedStore
+from storage.errors import StoreError
 
 if TYPE_CHECKING:
     from gateway.ports import ClusterNode
@@ -94,6 +97,26 @@ class ClusterLink:
         from (changes made while the node loaded come again: harmless)."""
         await self.meta.register_gateway(self.gateway_id, GATEWAY_LEASE_MS)
         return await self.meta.change_position()
+
+    async def _queue_ids_past_brokers(self) -> None:
+        """After a feed gap (Redis restarted or failed over, and may have lost the counter's
+        last INCRs with the records of the queues they made): Redis hands out no queue id
+        the brokers still hold. (At start there is nothing to do: node.start deletes the
+        brokers' queues that no record names.)"""
+        held: dict[int, int] | None = None
+        try:
+            with anyio.move_on_after(QUEUE_IDS_WAIT_S):  # a group away must not hold us up
+                held = await self.node.store.queues()
+        except StoreError as error:
+            log.warning("cluster: queue ids not checked against the brokers (%s)", error)
+            return
+        if held is None:
+            log.warning("cluster: queue ids not checked against the brokers (no answer "
+                        "within %g s)", QUEUE_IDS_WAIT_S)  # fmt: skip
+            return
+        ids = [queue_id for queue_id in held if queue_id < TIMER_QUEUE_ID]  # not our own
+        if ids:
+            await self.meta.raise_queue_ids(max(ids))
 
     async def run(self, position: str) -> None:
         """The cluster tasks, until cancelled (the server's stop, after the node's shutdown
@@ -145,6 +168,7 @@ class ClusterLink:
                         log.warning("cluster: metadata feed gap (%s): reloading", item.reason)
                         position = item.position
                         self.reloads += 1
+                        await self._queue_ids_past_brokers()
                         await self.node.reload_metadata()
                         continue
                     position = item.id

@@ -21,3 +21,6 @@ HANDOVER_LISTEN_S = 1.0  # the blocking read of requests to this gateway (then r
 BUSY_S = POLL_S  # a holder's "busy" answer stands for the gets here during this long
 SILENT_S = 1.0  # a holder that did not answer is not asked again during this long
 RELEASE_AT_STOP_S = 2.0  # at a stop, the leases are given up within this (else they lapse)
+# At start and after a metadata feed gap, the brokers are asked for the queue ids they hold
+# (so that Redis hands out none of them again) this long at most.
+QUEUE_IDS_WAIT_S = 2.0
