@@ -42,10 +42,6 @@ class ReadResult(NamedTuple):
     next_offset: int  # where the next read should start
     min_offset: int
     max_offset: int
-    # Which copy of the partition answered: a group store's master connection, new at every
-    # change of master (0: a store that is always the same copy). A delivering gateway that
-    # sees it change registers its fence there anew (gateway/queues/store_reads.py).
-    source: int = 0
 
 
 class DeliveryProgress(NamedTuple):
@@ -76,7 +72,6 @@ class PartitionStats(NamedTuple):
     # The highest fencing token seen for the group's offsets (0: none): the delivery lease
     # holder that took the partition over last (a new holder reads it before its own).
     fence: int = 0
-    source: int = 0  # which copy answered, as in ReadResult
 
     @property
     def ready(self) -> int:

@@ -86,9 +86,6 @@ class DeliveryLeases(QueueState):
         # Dropped after the reads (which yield): the partition is read again from committed.
         self._forget_partition(partition)
         part = stats.partitions[partition]
-        # The copy these stats came from, unless the group's master changed during the
-        # take-over (the fence may not be there yet): then the first read counts as a change.
-        self.sources[partition] = part.source if before.source == part.source else -1
         self.cursors[partition] = max(committed, part.min_offset)
         self.maybe_delivered[partition] = _delivered_before(before, handed, part.max_offset)
         self.ready_count = (

@@ -103,8 +103,6 @@ class QueueState:
         # embedded, always delivers). See gateway/cluster/link.py.
         self.leases: list[bool] | None = None
         self.fences = [0] * self.partitions  # the lease's fencing token, sent with commits
-        # Per partition, the copy that answered its last fenced read (ReadResult.source).
-        self.sources = [0] * self.partitions
         # Cluster: called when a fill reached the end of every partition (long-poll reads).
         self.on_exhausted: Callable[[Self], None] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)

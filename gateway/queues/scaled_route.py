@@ -43,7 +43,7 @@ class ScaledRoute(QueueState):
         self.partitions = partitions
         self.read_parts = range(partitions)  # (a route sets its own after)
         for values in (self.cursors, self.maybe_delivered, self.delivered_below,
-                       self.restart_below, self.fences, self.sources):  # fmt: skip
+                       self.restart_below, self.fences):  # fmt: skip
             values.extend([0] * more)
         self.inflight.extend(set() for _ in range(more))
         if self.leases is not None:

@@ -119,13 +119,6 @@ class StoreReads(QueueState):
                 # answer is for the old position; taking it would skip what lies between.
                 more = True
                 continue
-            if fence and result.source != self.sources[p]:
-                # Another copy answers (the group's master changed): the fence went in there
-                # with this read, and a replaced holder that reads there too (gateways may
-                # follow two masters for a moment, nemesis seed 107) may have delivered up to
-                # its end before. Flagged redelivered, as at a take-over.
-                self.sources[p] = result.source
-                self.maybe_delivered[p] = max(self.maybe_delivered[p], result.max_offset)
             if result.status is ReadStatus.MOVED:
                 self._lost_to_retention(result.min_offset - self.cursors[p])
             self.cursors[p] = result.next_offset

@@ -18,7 +18,6 @@ retried inside that bound, so a failover costs a publisher a pause, not an error
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 from collections import OrderedDict
@@ -56,8 +55,6 @@ RETRY_S = 0.05
 T = TypeVar("T")
 # Worth retrying on another master (or the same one once it knows it is master).
 RETRIABLE = (NotMaster, BrokerUnavailable, StoreClosed)
-# ReadResult.source of every group store's master connections, in this process.
-_SOURCES = itertools.count(1)
 
 
 @dataclass
@@ -77,9 +74,6 @@ class GroupStore:
         self.failover_wait_s = failover_wait_s
         self.master = ("", 0)  # (broker id, epoch) of the connection in use
         self.generation = 0
-        # Which master connection answers reads and stats (ReadResult.source): unique in the
-        # process, so that partitions of different groups never share one.
-        self.source = 0
         self.failovers = 0
         self._store: RemoteStore | None = None
         self._changed = anyio.Event()
@@ -145,7 +139,6 @@ class GroupStore:
         previous, close_old = self.master[0], self._close_current
         self._store, self.master, self._close_current = opened[0], (master, epoch), done.set
         self.generation += 1
-        self.source = next(_SOURCES)
         if previous:
             self.failovers += 1
             log.warning("group %s: master is now %s at epoch %d (was %s)",
@@ -280,14 +273,9 @@ class GroupStore:
         self, queue_id: int, partition: int, offset: int, max_count: int = 256,
         max_bytes: int = 4 << 20, wait_ms: int = 0, fence: int = 0,
     ) -> ReadResult:  # fmt: skip
-        async def read(store: RemoteStore) -> ReadResult:
-            source = self.source  # the one of ``store`` (both change together, in _open)
-            result = await store.read(
-                queue_id, partition, offset, max_count, max_bytes, wait_ms, fence
-            )
-            return result._replace(source=source)
-
-        return await self._on_master(read)
+        return await self._on_master(
+            lambda s: s.read(queue_id, partition, offset, max_count, max_bytes, wait_ms, fence)
+        )
 
     def set_append_limit(
         self, queue_id: int, max_length: int | None, max_length_bytes: int | None = None
@@ -308,13 +296,7 @@ class GroupStore:
         return await self._on_master(lambda s: s.purge(queue_id, group))
 
     async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:
-        async def stats(store: RemoteStore) -> QueueStats:
-            source = self.source
-            answer = await store.queue_stats(queue_id, group)
-            parts = [part._replace(source=source) for part in answer.partitions]
-            return answer._replace(partitions=parts)
-
-        return await self._on_master(stats)
+        return await self._on_master(lambda s: s.queue_stats(queue_id, group))
 
     async def commit_offset(
         self,

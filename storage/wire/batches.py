@@ -152,7 +152,7 @@ _STATUS_CODES = {status: index for index, status in enumerate(_STATUSES)}
 
 
 def put_read_result(parts: list[Any], result: ReadResult) -> None:
-    status, messages, next_offset, low, high, _source = result  # the source is the client's
+    status, messages, next_offset, low, high = result
     parts.append(READ_HEAD.pack(_STATUS_CODES[status], next_offset, low, high, len(messages)))
     pack = MESSAGE.pack
     for queue_offset, commit, exchange, key, props, body, born, stored, flags in messages:

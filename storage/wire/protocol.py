@@ -115,8 +115,7 @@ def _put_stats(parts: list[Any], stats: QueueStats) -> None:
             stats.queue_id, stats.ready, stats.dropped_by_retention, len(stats.partitions)
         )
     )
-    # Every field but the last (``source``: the client side's own, never sent).
-    parts += [PARTITION.pack(*partition[:-1]) for partition in stats.partitions]
+    parts += [PARTITION.pack(*partition) for partition in stats.partitions]
 
 
 def _get_stats(r: PayloadReader) -> QueueStats:
