@@ -42,6 +42,12 @@ class ReadResult(NamedTuple):
     next_offset: int  # where the next read should start
     min_offset: int
     max_offset: int
+    # A fenced read: when the reader's fence replaced another holder's at this copy, that
+    # fence and the partition's end then (below it, the replaced holder may have read here;
+    # 0, 0: it replaced none, or this copy never saw another). Gateways that follow two
+    # masters for a moment read from copies that learned their fence at different times.
+    replaced_fence: int = 0
+    replaced_end: int = 0
 
 
 class DeliveryProgress(NamedTuple):

@@ -87,6 +87,8 @@ class LongPollReads:
                               error)  # fmt: skip
                     await anyio.sleep(RETRY_S)
                     continue
+                if found.replaced_fence:  # this copy learnt our fence here (store_reads.py)
+                    queue.note_replaced(partition, found.replaced_fence, found.replaced_end)
                 if found.status is ReadStatus.OFFSET_OVERFLOW:
                     await anyio.sleep(RETRY_S)  # past the end (a truncated log): no spinning
                 if (found.messages or found.status is not ReadStatus.NO_NEW_MESSAGE) and (

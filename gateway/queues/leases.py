@@ -88,6 +88,7 @@ class DeliveryLeases(QueueState):
         part = stats.partitions[partition]
         self.cursors[partition] = max(committed, part.min_offset)
         self.maybe_delivered[partition] = _delivered_before(before, handed, part.max_offset)
+        self.handed[partition] = handed
         self.ready_count = (
             sum(
                 max(0, s.max_offset - self.cursors[s.partition])
@@ -113,6 +114,17 @@ class DeliveryLeases(QueueState):
         self.cursors[partition] = committed
         self.set_lease(partition, False)
         return max(self.maybe_delivered[partition], self.delivered_below[partition], committed)
+
+    def note_replaced(self, partition: int, fence: int, end: int) -> None:
+        """A fenced read says our fence replaced ``fence`` at the copy it was read from, when
+        the partition ended at ``end``: what that holder may have delivered from there is
+        flagged redelivered, as at the take-over (the copy may not be the one the take-over
+        read: a failover, or gateways that follow two masters for a moment, seed 107)."""
+        note = self.handed[partition]
+        below = end
+        if note is not None and note.mark is not None and note.token == fence:
+            below = note.mark  # it gave the lease up cleanly, with this mark
+        self.maybe_delivered[partition] = max(self.maybe_delivered[partition], below)
 
     def lose_lease(self, partition: int, error: StaleFence, fence: int) -> None:
         """The broker refused fencing token ``fence`` on a commit or a read: another gateway

@@ -21,6 +21,7 @@ from gateway.queues.breaker import DepthBreaker
 from gateway.queues.clock import Clock
 from gateway.queues.consumer_choice import ConsumerChoice
 from gateway.queues.rate_limit import TokenBucket
+from meta.cluster import HandedNote
 from meta.models import QueueDef
 from meta.queue_route import QueueRoute
 from storage import StoredMessage, StorePort
@@ -103,6 +104,9 @@ class QueueState:
         # embedded, always delivers). See gateway/cluster/link.py.
         self.leases: list[bool] | None = None
         self.fences = [0] * self.partitions  # the lease's fencing token, sent with commits
+        # The note the lease came with (its last holder's, from Redis): it says how far that
+        # holder delivered, if the fence a copy says ours replaced is that holder's.
+        self.handed: list[HandedNote | None] = [None] * self.partitions
         # Cluster: called when a fill reached the end of every partition (long-poll reads).
         self.on_exhausted: Callable[[Self], None] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)

@@ -46,6 +46,7 @@ class ScaledRoute(QueueState):
                        self.restart_below, self.fences):  # fmt: skip
             values.extend([0] * more)
         self.inflight.extend(set() for _ in range(more))
+        self.handed.extend([None] * more)
         if self.leases is not None:
             self.leases.extend([False] * more)
 

@@ -123,13 +123,17 @@ class EmbeddedStore:
         wait_ms: int = 0,
         fence: int = 0,
     ) -> ReadResult:
+        replaced = (0, 0)
         if fence:
-            self.log.admit_fence(QUEUE_GROUP, queue_id, partition, fence)
+            replaced = self.log.admit_fence(QUEUE_GROUP, queue_id, partition, fence)
         # ``wait_ms`` is the broker's business (storage/broker/server.py holds such reads): in one
         # process a publish wakes its queues directly, so this answers at once.
         # Reads are served from the page cache inline: a thread hop per batch costs more than
         # the pread it would move off the loop.
-        return self.log.read(queue_id, partition, offset, max_count, max_bytes)
+        result = self.log.read(queue_id, partition, offset, max_count, max_bytes)
+        if replaced[0]:
+            result = result._replace(replaced_fence=replaced[0], replaced_end=replaced[1])
+        return result
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
         self.log.create_queue(queue_id, partitions)

@@ -12,6 +12,7 @@ from storage.log.store_state import StoreState
 from storage.results import QUEUE_GROUP, DeliveryProgress, PartitionStats, QueueStats
 
 _NO_REPORT = (-1, 0, 0, 0)  # PartitionStats' progress fields when none was reported
+_NONE_REPLACED = (0, 0)
 
 
 class ConsumerPositions(StoreState):
@@ -32,7 +33,7 @@ class ConsumerPositions(StoreState):
         self._cq(queue_id, partition)
         key = (group, queue_id, partition)
         if fence:
-            self.offsets.fence(key, fence)
+            self._admit(key, fence)
         if progress is not None:
             _, end = self.partition_range(queue_id, partition)
             self.offsets.progress[key] = (*progress, max(0, end - progress[0]) + progress[1])
@@ -40,16 +41,25 @@ class ConsumerPositions(StoreState):
             self.offsets.offsets[key] = offset
             self.offsets.changed = True
 
-    def admit_fence(self, group: str, queue_id: int, partition: int, fence: int) -> None:
-        """A call carrying ``fence`` (a read): StaleFence below the highest seen."""
-        self.offsets.fence((group, queue_id, partition), fence)
+    def admit_fence(self, group: str, queue_id: int, partition: int, fence: int) -> tuple[int, int]:
+        """A call carrying ``fence`` (a read): StaleFence below the highest seen. Returns
+        the fence it replaced here and the partition's end then ((0, 0): none)."""
+        key = (group, queue_id, partition)
+        self._admit(key, fence)
+        return self.offsets.replaced.get(key, _NONE_REPLACED)
+
+    def _admit(self, key: tuple[str, int, int], fence: int) -> None:
+        end = 0
+        if fence > self.offsets.fences.get(key, 0):  # a new holder: what may have been read
+            end = self.partition_range(key[1], key[2])[1]
+        self.offsets.fence(key, fence, end)
 
     def committed_offset(self, group: str, queue_id: int, partition: int, fence: int = 0) -> int:
         """The committed offset, never below the partition's minimum. A ``fence`` is
         admitted (and registered) as for commit_offset: a new lease holder's first read."""
         low, _ = self.partition_range(queue_id, partition)
         if fence:
-            self.offsets.fence((group, queue_id, partition), fence)
+            self._admit((group, queue_id, partition), fence)
         return max(self.offsets.offsets.get((group, queue_id, partition), 0), low)
 
     def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> QueueStats:

@@ -210,6 +210,10 @@ class ConsumerOffsets:
         # ready count it meant on arrival): memory only, as it is refreshed with every
         # commit; dropped when a new holder's fencing token arrives.
         self.progress: dict[OffsetKey, tuple[int, int, int, int]] = {}
+        # Per key whose highest fence replaced another: (that fence, the partition's end
+        # then), answered with every read under the fence (ReadResult.replaced_fence).
+        # Memory only: after a restart a copy answers as if its fence had replaced none.
+        self.replaced: dict[OffsetKey, tuple[int, int]] = {}
         self.changed = False
 
     def load(self) -> None:
@@ -263,6 +267,7 @@ class ConsumerOffsets:
             del self.offsets[key]
         for key in [k for k in self.fences if k[1] == queue_id]:
             del self.fences[key]
+            self.replaced.pop(key, None)
         self.forget_progress(queue_id)
         self.changed = True
 
@@ -270,9 +275,10 @@ class ConsumerOffsets:
         for key in [k for k in self.progress if k[1] == queue_id]:
             del self.progress[key]
 
-    def fence(self, key: OffsetKey, fence: int) -> None:
+    def fence(self, key: OffsetKey, fence: int, end: int = 0) -> None:
         """Admit a call carrying fencing token ``fence`` (0: unfenced, always admitted):
-        StaleFence below the highest seen for ``key``; a higher one becomes the highest."""
+        StaleFence below the highest seen for ``key``; a higher one becomes the highest
+        (``end``: the partition's end offset now, kept with the fence it replaced)."""
         seen = self.fences.get(key, 0)
         if fence < seen:
             group, queue_id, partition = key
@@ -282,6 +288,10 @@ class ConsumerOffsets:
             )
         if fence > seen:
             self.fences[key] = fence
+            if seen:
+                self.replaced[key] = (seen, end)
+            else:
+                self.replaced.pop(key, None)
             self.progress.pop(key, None)  # the replaced holder's report no longer holds
             self.changed = True
 

@@ -299,7 +299,8 @@ class ReplicationMember:
             if (queue_id, partition) in log_store.cqs and fence > log_store.offsets.fences.get(
                 key, 0
             ):
-                log_store.offsets.fence(key, fence)
+                end = log_store.partition_range(queue_id, partition)[1]
+                log_store.offsets.fence(key, fence, end)
         for batch_id, start, end, count in head.get("batches", ()):
             store.batches[batch_id] = AppendResult(start, end, count)
         if self.state.adopt([(int(e), int(s)) for e, s in head["epochs"]], chunk.end):

@@ -123,7 +123,8 @@ class ReplicatedStore(SlaveServing):
         if not kept and status is ReadStatus.FOUND:
             status = ReadStatus.NO_NEW_MESSAGE
         start = messages[0].queue_offset
-        return ReadResult(status, kept, start + len(kept), result.min_offset, start + len(kept))
+        end = start + len(kept)
+        return result._replace(status=status, messages=kept, next_offset=end, max_offset=end)
 
     async def create_queue(self, queue_id: int, partitions: int) -> None:
         """Answered once the in-sync replicas hold the registry with it (sync mode): a master

@@ -28,7 +28,7 @@ REFUSED = struct.Struct("<IIH")  # record index, queue id, partition
 RECORD = struct.Struct("<HHHIIqI")
 DEST = struct.Struct("<IH")  # queue id, partition
 # READ answer: status, next offset, min, max, message count; per message as below.
-READ_HEAD = struct.Struct("<BqqqI")
+READ_HEAD = struct.Struct("<BqqqIqq")  # ..., count, replaced_fence, replaced_end
 MESSAGE = struct.Struct("<qqHHIIqqI")  # queue/commit offsets, 4 lengths, born, stored, flags
 APPEND_RESULT = struct.Struct("<qqIqI")  # start, end, count, store_ts_ms, offsets count
 QUEUE_START = struct.Struct("<IHq")
@@ -152,8 +152,11 @@ _STATUS_CODES = {status: index for index, status in enumerate(_STATUSES)}
 
 
 def put_read_result(parts: list[Any], result: ReadResult) -> None:
-    status, messages, next_offset, low, high = result
-    parts.append(READ_HEAD.pack(_STATUS_CODES[status], next_offset, low, high, len(messages)))
+    status, messages, next_offset, low, high, replaced, replaced_end = result
+    code = _STATUS_CODES[status]
+    parts.append(
+        READ_HEAD.pack(code, next_offset, low, high, len(messages), replaced, replaced_end)
+    )
     pack = MESSAGE.pack
     for queue_offset, commit, exchange, key, props, body, born, stored, flags in messages:
         head = pack(
@@ -172,7 +175,7 @@ def put_read_result(parts: list[Any], result: ReadResult) -> None:
 
 def get_read_result(reader: PayloadReader) -> ReadResult:
     buf = reader.buf
-    status, next_offset, low, high, count = READ_HEAD.unpack_from(buf, 0)
+    status, next_offset, low, high, count, replaced, replaced_end = READ_HEAD.unpack_from(buf, 0)
     pos = READ_HEAD.size
     messages: list[StoredMessage] = []
     append = messages.append
@@ -195,4 +198,4 @@ def get_read_result(reader: PayloadReader) -> ReadResult:
         fields = (queue_offset, commit, exchange, key, buf[r:s], buf[s:pos], born, stored, flags)
         append(make(StoredMessage, fields))
     reader.pos = pos
-    return ReadResult(_STATUSES[status], messages, next_offset, low, high)
+    return ReadResult(_STATUSES[status], messages, next_offset, low, high, replaced, replaced_end)

@@ -28,7 +28,8 @@ from storage.wire.replication import Replicate, Replicated
 # DeliveryProgress on offset commits and in queue stats. 5: the highest fence per partition in
 # queue stats (a new lease holder checks its predecessor's note against it). 6: READ carries
 # the reader's fencing token (a replaced lease holder reads nothing more to deliver).
-PROTOCOL_VERSION = 6
+# 7: a fenced READ answers the fence it replaced at that copy and the end then.
+PROTOCOL_VERSION = 7
 NO_PROGRESS = DeliveryProgress(-1)  # how a commit without a progress report travels
 
 

@@ -121,7 +121,7 @@ append_results = st.builds(
     refused=st.lists(st.tuples(u32, u32, u16), max_size=4).map(tuple),
 )
 read_results = st.builds(
-    ReadResult, st.sampled_from(ReadStatus), st.lists(messages, max_size=6), i64, i64, i64
+    ReadResult, st.sampled_from(ReadStatus), st.lists(messages, max_size=6), i64, i64, i64, i64, i64
 )
 partitions = st.builds(PartitionStats, u16, i64, i64, i64, i64, i64, i64, u32, i64, i64)
 responses = st.one_of(

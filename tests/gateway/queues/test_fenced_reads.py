@@ -6,14 +6,19 @@ its fencing token; the broker refuses them once a higher token holds the partiti
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import anyio
+import pytest
 
 from gateway.queues.runtime import QueueRuntime
 from meta.models import QueueDef
 from storage import QUEUE_GROUP, Record, open_embedded_store
 from storage.errors import StaleFence
+from storage.log.embedded import EmbeddedStore
 from tests.gateway.queues.test_push_scheduler import _config
 
 
@@ -58,5 +63,77 @@ def test_a_refusal_of_an_older_token_leaves_the_newer_lease_alone(tmp_path: Path
             assert queue.may_serve() and queue.fences[0] == 7
             queue.lose_lease(0, refused, 7)  # our own token refused: lost
             assert not queue.may_serve() and queue.fences[0] == 0
+
+    anyio.run(scenario)
+
+
+class _Following:
+    """A group store's view of one partition whose copies the gateway follows in turn:
+    every call goes to ``current`` (a failover, or Redis taking an election back)."""
+
+    def __init__(self, current: EmbeddedStore) -> None:
+        self.current = current
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.current, name)
+
+
+async def _two_copies(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedStore, EmbeddedStore]]:
+    async with (
+        open_embedded_store(_config(tmp_path / "a")) as a,
+        open_embedded_store(_config(tmp_path / "b")) as b,
+    ):
+        records = [Record(b"", b"q", b"", b"m%d" % n, ((1, 0),)) for n in range(4)]
+        for copy in (a, b):
+            await copy.create_queue(1, 1)
+            await copy.append(records)
+        yield a, b
+
+
+async def _flags_after_moving_to_b(a: EmbeddedStore, b: EmbeddedStore) -> list[tuple[bytes, bool]]:
+    """Take the partition over (token 200) on copy a, move to copy b, read all there."""
+    store = _Following(a)
+    queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=1), cast(Any, store))
+    queue.start_leasing()
+    queue.fences[0] = 200
+    await queue.take_over(0)  # on copy a, which nobody held: nothing flagged there
+    store.current = b
+    await queue.fill()
+    await b.append([Record(b"", b"q", b"", b"m4", ((1, 0),))])
+    queue.exhausted = False
+    await queue.fill()
+    taken = [queue.take() for _ in range(5)]
+    return [(bytes(t[1].body), t[2]) for t in taken if t is not None]
+
+
+def test_a_copy_where_a_replaced_holder_read_flags_what_lay_there(tmp_path: Path) -> None:
+    """Nemesis seed 107: the new holder took the partition over on one copy; the replaced
+    holder, following the other, delivered from it before the new holder's fence reached
+    it. Read from that copy, what lay there is flagged redelivered; what came after is not;
+    and the replaced holder reads no more there."""
+
+    async def scenario() -> None:
+        async with asynccontextmanager(_two_copies)(tmp_path) as (a, b):
+            old = await b.read(1, 0, 0, 10, fence=100)  # the replaced holder, on copy b
+            assert len(old.messages) == 4
+            flags = await _flags_after_moving_to_b(a, b)
+            assert flags == [(b"m0", True), (b"m1", True), (b"m2", True), (b"m3", True),
+                             (b"m4", False)]  # fmt: skip
+            with pytest.raises(StaleFence):
+                await b.read(1, 0, 4, 10, fence=100)
+
+    anyio.run(scenario)
+
+
+def test_a_copy_that_had_our_fence_already_flags_nothing(tmp_path: Path) -> None:
+    """A failover to a slave that had the new holder's fence by replication: the replaced
+    holder cannot have read there since, and nothing is flagged (a failover does not mark
+    the backlog redelivered)."""
+
+    async def scenario() -> None:
+        async with asynccontextmanager(_two_copies)(tmp_path) as (a, b):
+            await b.committed_offset(QUEUE_GROUP, 1, 0, fence=200)  # as replication brings it
+            flags = await _flags_after_moving_to_b(a, b)
+            assert flags == [(b"m%d" % n, False) for n in range(5)]
 
     anyio.run(scenario)
