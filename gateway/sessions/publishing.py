@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from gateway.amqp import Publish, frame_writer
 from gateway.amqp.errors import (
@@ -40,13 +40,38 @@ from storage import Record
 from storage.record import EXPIRES, PERSISTENT
 
 if TYPE_CHECKING:
+    from gateway.sessions.access import Grants
     from gateway.sessions.channel_state import ChannelState
-    from gateway.sessions.session import Session
+    from gateway.sessions.host import SessionHost
+    from gateway.sessions.taps import SessionTap
+    from gateway.vhost import VirtualHost
 
 _FLAGS = struct.Struct(">H")
 _make_tuple = tuple.__new__
 _LEADING_INTEGER = re.compile(r"[+-]?[0-9]+")
 _BEFORE_DELIVERY_MODE = CONTENT_TYPE | CONTENT_ENCODING | HEADERS
+
+
+class Publisher(Protocol):
+    """What routing a publish asks of the session it came on (Session is one)."""
+
+    @property
+    def vhost(self) -> VirtualHost | None: ...
+
+    @property
+    def grants(self) -> Grants: ...
+
+    @property
+    def user(self) -> str: ...
+
+    @property
+    def impersonator(self) -> bool: ...
+
+    @property
+    def tap(self) -> SessionTap | None: ...
+
+    @property
+    def node(self) -> SessionHost: ...
 
 
 class RouteOutcome(NamedTuple):
@@ -64,7 +89,7 @@ DELIVERED = RouteOutcome(None, [], True)  # handed to a consumer at once, nothin
 
 
 def route_publish(
-    session: Session, channel: ChannelState, publish: Publish, now_ms: int
+    session: Publisher, channel: ChannelState, publish: Publish, now_ms: int
 ) -> RouteOutcome:
     vhost = session.vhost
     assert vhost is not None
@@ -148,7 +173,7 @@ def _unusable_exchange(name: str, vhost: str, exchange: ExchangeDef | None) -> A
 
 
 def _decoded(
-    session: Session, channel: ChannelState, publish: Publish, flags: int
+    session: Publisher, channel: ChannelState, publish: Publish, flags: int
 ) -> tuple[bytes, int, Mapping[str, Any] | None]:
     """Properties whose flags say a field that matters here is present (or whose bytes the
     quick reads could not parse), decoded and checked: the property bytes to store (with
@@ -177,7 +202,7 @@ def _decoded(
 
 
 def _held_by_delayed_exchange(
-    session: Session,
+    session: Publisher,
     publish: Publish,
     headers: Mapping[str, Any] | None,
     delivery_mode: int,
@@ -196,7 +221,7 @@ def _held_by_delayed_exchange(
 
 
 def _held_copies(
-    session: Session,
+    session: Publisher,
     publish: Publish,
     headers: Mapping[str, Any] | None,
     delivery_mode: int,
@@ -322,7 +347,7 @@ def _delivery_mode(properties: bytes, flags: int) -> int:
 
 
 def _direct_reply(
-    session: Session, publisher: ChannelState, publish: Publish, properties_bytes: bytes
+    session: Publisher, publisher: ChannelState, publish: Publish, properties_bytes: bytes
 ) -> RouteOutcome:
     """A reply to a direct reply-to consumer: delivered at once, never stored; one of
     another gateway's consumers (cluster): handed to the relay (gateway/cluster/replies.py)."""
