@@ -27,15 +27,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio
 from anyio.abc import TaskGroup
-from redis import exceptions as redis_errors
-from redis.asyncio import Redis
 
 from gateway.cluster.placement import QueuePlacement
 from meta.errors import MetadataUnavailable
+from meta.groups.link import GroupLink, open_group_link
 from meta.redis_store import RedisMetadataStore
-from meta.redis_url import async_client
 from storage import connect_remote_store
-from storage.clients.group import connect_group_store, replicated_groups
+from storage.clients.group import connect_group_store
 from storage.clients.routed import RoutedStore
 from storage.port import StorePort
 
@@ -46,21 +44,16 @@ ENSURE_WAIT_S = 5.0  # a route naming a live group not connected here yet: wait 
 WARN_EVERY_S = 5.0  # a start that waits says so this often
 BROKER_WAIT_S = 30.0  # at start, for a first group; for a replicated group's master
 REMOTE_WAIT_S = 10.0  # a RemoteStore's wait for its broker (connect, calls while away)
-LOOK_ERRORS = (MetadataUnavailable, redis_errors.RedisError, OSError)
-
-
-def registry_client(url: str) -> Redis:
-    """A client for the controller's keys (short timeouts: a look must not hang)."""
-    return async_client(url, connect_timeout_s=1.0, socket_timeout_s=2.0)
+LOOK_ERRORS = (MetadataUnavailable, OSError)
 
 
 async def look_up_groups(
-    meta: RedisMetadataStore, client: Redis
+    meta: RedisMetadataStore, registry: GroupLink
 ) -> tuple[dict[str, str | None], set[str]]:
     """One look at the registry: every live group (a replicated one, whose brokers heartbeat
     for the controller, maps to None; the others to the address of their first live broker,
     by id), and the unreplicated groups registered with no live broker."""
-    found: dict[str, str | None] = dict.fromkeys(await replicated_groups(client))
+    found: dict[str, str | None] = dict.fromkeys(await registry.replicated_groups())
     registered: set[str] = set()
     for broker in sorted(await meta.list_brokers(), key=lambda b: (b.group, b.broker_id)):
         registered.add(broker.group)
@@ -71,14 +64,14 @@ async def look_up_groups(
 
 async def find_start_groups(meta: RedisMetadataStore, url: str) -> dict[str, str | None]:
     """The live groups at start, waiting up to BROKER_WAIT_S for one to appear."""
-    client = registry_client(url)
+    registry = open_group_link(url)
     unreachable: Exception | None = None  # the last failure to reach Redis, if the last try
     warned = float("-inf")
     try:
         with anyio.move_on_after(BROKER_WAIT_S):
             while True:
                 try:
-                    found, _dead = await look_up_groups(meta, client)
+                    found, _dead = await look_up_groups(meta, registry)
                     unreachable = None
                 except LOOK_ERRORS as error:
                     unreachable, found = error, {}
@@ -90,7 +83,7 @@ async def find_start_groups(meta: RedisMetadataStore, url: str) -> dict[str, str
                     return found
                 await anyio.sleep(0.2)
     finally:
-        await client.aclose()
+        await registry.close()
     if unreachable is not None:
         raise SystemExit(f"mqgw serve: metadata store {url} unreachable for "
                          f"{BROKER_WAIT_S:.0f} s: {unreachable}")  # fmt: skip
@@ -124,7 +117,7 @@ class BrokerGroups:
         self._changed = anyio.Event()  # set (and replaced) when a group is added or fails
         self._closing = anyio.Event()
         self._tasks: TaskGroup | None = None
-        self._client = registry_client(url)
+        self._registry = open_group_link(url)
         self._last_error = ""
 
     def live(self) -> list[str]:
@@ -147,7 +140,7 @@ class BrokerGroups:
         finally:
             self._tasks = None
             with anyio.CancelScope(shield=True):
-                await self._client.aclose()
+                await self._registry.close()
 
     async def _keep_looking(self, scope: anyio.CancelScope) -> None:
         with scope:
@@ -161,7 +154,7 @@ class BrokerGroups:
     async def look(self) -> None:
         """Read the registry once; open a store for each live group not connected yet."""
         try:
-            found, dead = await look_up_groups(self.meta, self._client)
+            found, dead = await look_up_groups(self.meta, self._registry)
         except LOOK_ERRORS as error:
             if str(error) != self._last_error:  # once per reason, not every half second
                 log.warning("cluster: cannot look for new broker groups: %s", error)

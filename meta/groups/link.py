@@ -17,7 +17,9 @@ import uuid
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from meta.errors import MetadataUnavailable
 from meta.groups import scripts
 from meta.groups.keys import ControllerKeys
 from meta.groups.records import (
@@ -27,6 +29,7 @@ from meta.groups.records import (
     heartbeat_fields,
     parse_record,
 )
+from meta.redis_url import async_client
 
 SWITCHOVER_REQUEST_TTL_MS = 30_000
 
@@ -59,6 +62,22 @@ class GroupLink:
         )  # fmt: skip
         return int(now_ms), parse_record(group, _flat(flat))
 
+    async def replicated_groups(self) -> list[str]:
+        """Every broker group run by a controller (its brokers heartbeat here), by name;
+        groups without replication only register, and are not listed. MetadataUnavailable
+        when Redis cannot be reached."""
+        try:
+            found = []
+            for group in sorted(str(g) for g in await self.client.smembers(self.keys.groups)):
+                if await self.client.scard(self.keys.members(group)):  # brokers heartbeat
+                    found.append(group)
+        except (RedisError, OSError) as error:
+            raise MetadataUnavailable(f"Redis unreachable: {error}") from error
+        return found
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
     async def record(self, group: str) -> GroupRecord:
         found: dict[Any, Any] = await self.client.hgetall(self.keys.record(group))
         return parse_record(group, {str(k): str(v) for k, v in found.items()})
@@ -80,3 +99,9 @@ class GroupLink:
         if not read:
             return []
         return [(str(entry_id), dict(fields)) for entry_id, fields in read[0][1]]
+
+
+def open_group_link(url: str) -> GroupLink:
+    """A GroupLink over its own connection to ``url``, with short timeouts (a look at the
+    registry must not hang); ``close()`` it when done."""
+    return GroupLink(async_client(url, connect_timeout_s=1.0, socket_timeout_s=2.0))

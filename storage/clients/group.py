@@ -31,7 +31,6 @@ import anyio
 from anyio.abc import TaskGroup
 from redis.asyncio import Redis
 
-from meta.groups.keys import ControllerKeys
 from meta.groups.link import GroupLink
 from meta.redis_url import async_client
 from storage.clients.link import BrokerUnavailable
@@ -354,17 +353,6 @@ async def open_group_store(
             yield store
         finally:
             tg.cancel_scope.cancel()
-
-
-async def replicated_groups(client: Redis) -> list[str]:
-    """Every broker group run by a controller (its brokers heartbeat through the Redis of
-    ``client``), by name; groups without replication only register, and are not listed."""
-    keys = ControllerKeys()
-    found = []
-    for group in sorted(str(g) for g in await client.smembers(keys.groups)):
-        if await client.scard(keys.members(group)):  # brokers heartbeat there
-            found.append(group)
-    return found
 
 
 @asynccontextmanager
