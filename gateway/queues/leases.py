@@ -120,10 +120,7 @@ class DeliveryLeases(QueueState):
         the partition ended at ``end``: what that holder may have delivered from there is
         flagged redelivered, as at the take-over (the copy may not be the one the take-over
         read: a failover, or gateways that follow two masters for a moment, seed 107)."""
-        note = self.handed[partition]
-        below = end
-        if note is not None and note.mark is not None and note.token == fence:
-            below = note.mark  # it gave the lease up cleanly, with this mark
+        below = _left_below(self.handed[partition], fence, end)
         self.maybe_delivered[partition] = max(self.maybe_delivered[partition], below)
 
     def lose_lease(self, partition: int, error: StaleFence, fence: int) -> None:
@@ -155,6 +152,12 @@ def _delivered_before(part: PartitionStats, handed: HandedNote | None, end: int)
     (the partition's end once the new token shut the last holder out)."""
     if handed is None and part.fence == 0:
         return 0
-    if handed is not None and handed.mark is not None and handed.token == part.fence:
-        return handed.mark
+    return _left_below(handed, part.fence, end)
+
+
+def _left_below(note: HandedNote | None, fence: int, end: int) -> int:
+    """Below which offset the holder of ``fence`` may have delivered: the mark of its note,
+    when the note is that holder's and it gave the lease up cleanly; else ``end``."""
+    if note is not None and note.mark is not None and note.token == fence:
+        return note.mark
     return end
