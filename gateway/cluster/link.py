@@ -116,7 +116,10 @@ class ClusterLink:
             return
         ids = [queue_id for queue_id in held if queue_id < TIMER_QUEUE_ID]  # not our own
         if ids:
-            await self.meta.raise_queue_ids(max(ids))
+            try:
+                await self.meta.raise_queue_ids(max(ids))
+            except MetadataUnavailable as error:  # the reload that follows must still run
+                log.warning("cluster: queue ids not raised past the brokers' (%s)", error)
 
     async def run(self, position: str) -> None:
         """The cluster tasks, until cancelled (the server's stop, after the node's shutdown
