@@ -113,8 +113,11 @@ async def serve(
     tls = TLSSetup.from_settings(settings)  # a TLS setting that cannot work stops us here
     async with _backends(settings) as (store, meta):
         node, link = _new_node(settings, store, meta)
-        await node.start()
-        position = await link.start() if link is not None else ""
+        try:
+            await node.start()
+            position = await link.start() if link is not None else ""
+        except BrokerUnavailable as error:  # its queues and timers are made at the start
+            raise StartFailure(f"cannot start: the message store did not answer: {error}") from None
         _tune_gc()
         listener = await _listen(settings.amqp_host, settings.amqp_port, settings.reuse_port)
         amqp_port = listener.extra(anyio.abc.SocketAttribute.local_port)

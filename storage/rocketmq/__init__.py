@@ -3,6 +3,7 @@ opens one from a ``rocketmq://NAMESRV[;NAMESRV...][/NAMESPACE]`` URL."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
@@ -14,6 +15,10 @@ from storage.rocketmq.naming import Names
 from storage.rocketmq.store import RocketMQStore
 
 __all__ = ["RocketMQStore", "connect_rocketmq_store", "parse_rocketmq_url"]
+
+log = logging.getLogger("mqgw.storage")
+# RocketMQ's own default when a broker does not say (BrokerConfig/MessageStoreConfig).
+DEFAULT_MAX_MESSAGE_SIZE = 4 << 20
 
 
 def parse_rocketmq_url(url: str) -> tuple[list[str], Names]:
@@ -43,4 +48,20 @@ async def connect_rocketmq_store(url: str, max_record_bytes: int) -> AsyncIterat
         masters = await client.masters()
         if not masters:
             raise BrokerUnavailable(f"rocketmq {';'.join(servers)}: no broker has registered")
-        yield RocketMQStore(client, names, max_record_bytes)
+        limit = await _largest_message(client, list(masters.values()), max_record_bytes)
+        yield RocketMQStore(client, names, limit)
+
+
+async def _largest_message(client: RocketMQClient, brokers: list[str], configured: int) -> int:
+    """The gateway's limit, lowered to the smallest ``maxMessageSize`` of the brokers: a
+    larger message is refused here, never sent. A broker refuses it too, but only after
+    taking the whole request into its direct memory: a few such sends of 100 MiB at once
+    exhaust it and the broker stops accepting connections for seconds at a time."""
+    limit = configured
+    for broker in brokers:
+        config = await client.broker_config(broker)
+        size = int(config.get("maxMessageSize") or DEFAULT_MAX_MESSAGE_SIZE)
+        if size < limit:
+            log.info("rocketmq %s: maxMessageSize %d: larger messages are nacked", broker, size)
+            limit = size
+    return limit

@@ -23,6 +23,7 @@ PULL_MESSAGE = 11
 QUERY_CONSUMER_OFFSET = 14
 UPDATE_CONSUMER_OFFSET = 15
 UPDATE_AND_CREATE_TOPIC = 17
+GET_BROKER_CONFIG = 26
 SEARCH_OFFSET_BY_TIMESTAMP = 29
 GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
@@ -171,6 +172,13 @@ class RocketMQClient:
             "order": False,
         }
         await self._call(broker, request(UPDATE_AND_CREATE_TOPIC, fields), f"create {topic}")
+
+    async def broker_config(self, broker: str) -> dict[str, str]:
+        """The broker's settings as it runs with them (a Java properties text)."""
+        response = await self._call(broker, request(GET_BROKER_CONFIG), "broker config")
+        text = bytes(response.body).decode("utf-8", "replace")
+        pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+        return {key.strip(): value.strip() for key, value in pairs}
 
     async def delete_topic(self, broker: str, topic: str) -> None:
         await self._call(

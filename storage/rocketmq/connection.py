@@ -153,10 +153,18 @@ class Pool:
 
 @asynccontextmanager
 async def open_pool() -> AsyncIterator[Pool]:
+    """Connections whose readers run in a task group of their own. What the block raises
+    comes out as itself, not inside that group's ExceptionGroup: callers catch
+    BrokerUnavailable and the store's errors by type."""
+    raised: BaseException | None = None
     async with anyio.create_task_group() as tasks:
         pool = Pool(tasks)
         try:
             yield pool
+        except BaseException as error:  # raised again below, as it is
+            raised = error
         finally:
             await pool.aclose()
             tasks.cancel_scope.cancel()
+    if raised is not None:
+        raise raised

@@ -4,6 +4,10 @@ two gateways sharing Redis serve one queue from the same topic without duplicate
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -179,3 +183,27 @@ def test_two_gateways_share_a_queue_without_duplicates(
             gateway.kill()
             print(f"--- {gateway.data_dir.name} log tail ---\n{gateway.log()[-4000:]}")
         redis.stop()
+
+
+def test_a_broker_that_does_not_answer_at_start_is_one_line(
+    tmp_path: Path, rocketmq: LocalRocketMQ
+) -> None:
+    """The name server answers but the broker is stopped (SIGSTOP): `mqgw serve` gives up
+    within its call timeout with one line and exit status 1, never a traceback."""
+    (broker,) = [b for b in rocketmq.brokers if b.pid is not None]
+    assert broker.pid is not None
+    os.kill(broker.pid, signal.SIGSTOP)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mqgw_cli.main", "serve", "--host", "127.0.0.1",
+             "--amqp-port", "0", "--admin-port", "0", "--data-dir", str(tmp_path / "gw"),
+             "--store", _store_url(rocketmq)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("mqgw serve: RocketMQ store rocketmq://"), line
+    assert line.endswith(f"rocketmq {broker.address}: no answer in 5.0 s"), line

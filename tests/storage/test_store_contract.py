@@ -595,3 +595,19 @@ async def test_rocketmq_leaves_disk_and_crash_figures_to_its_brokers(
         assert (await store.restart_marks(1), await store.unclean_marks(1)) == ({}, {})
         with pytest.raises(UnknownQueue):
             await store.unclean_marks(2)
+
+
+@pytest.mark.parametrize("kind", ["rocketmq"])
+async def test_rocketmq_refuses_above_the_brokers_max_message_size_without_sending(
+    kind: str, config: StoreConfig
+) -> None:
+    """A gateway configured for larger messages than the brokers take refuses them itself:
+    the broker would take the whole request into its direct memory before refusing it."""
+    broker_max = 32 << 20  # `mqgw rocketmq up`'s maxMessageSize
+    async with open_store(kind, replace(config, max_record_bytes=128 << 20)) as store:
+        assert store.max_record_bytes == broker_max
+        await store.create_queue(1, 1)
+        with pytest.raises(RecordTooLarge) as raised:
+            await store.append([rec(b"fine", (1, 0)), rec(b"x" * broker_max, (1, 0))])
+        assert raised.value.max_bytes == broker_max
+        assert (await store.queue_stats(1)).partitions[0].max_offset == 0  # nothing sent
