@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from tests.cluster.conftest import Cluster, running_cluster
 from tests.cluster.test_two_gateways import channel
 from tests.cluster.throttle_clients import (
     ConfirmPublisher,
+    ConsumerProcess,
     CountingConsumer,
     total_rate,
 )
@@ -66,7 +67,7 @@ def clear(gateway: GatewayServer, scope: str = "global") -> None:
     assert status in (204, 404)
 
 
-def measure(clients: list[CountingConsumer], seconds: float) -> float:
+def measure(clients: Sequence[CountingConsumer | ConsumerProcess], seconds: float) -> float:
     time.sleep(WARM_UP_S)  # the clients sample on their own; this only lets time pass
     start = time.monotonic()
     time.sleep(seconds)
@@ -91,7 +92,7 @@ def held_rate(
         fill(gateways[0], queue, per_queue)
     throttle(gateways[0], {"rate_msgs": rate}, scope)
     consumers = [
-        CountingConsumer(gateways[g], q, f"c{n}") for n, (g, q) in enumerate(SPREADS[spread])
+        ConsumerProcess(gateways[g], q, f"c{n}") for n, (g, q) in enumerate(SPREADS[spread])
     ]
     for consumer in consumers:
         consumer.start()

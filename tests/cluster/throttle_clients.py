@@ -1,16 +1,21 @@
 """Clients for the throttle tests: raw AMQP sockets (a client library would spend the CPU the
 gateways need at 20,000 msgs/s on two cores), each counting what it got over time.
 
-``CountingConsumer``: an auto-ack consumer of one queue; ``ConfirmPublisher``: a publisher in
-confirm mode keeping ``window`` publishes unconfirmed. Both keep (monotonic time, count)
-samples, so a test reads the rate over any window after the fact."""
+``CountingConsumer``: an auto-ack consumer of one queue; ``ConsumerProcess``: the same in a
+process of its own (six consumers at 20,000 msgs/s are more than one process's GIL can parse
+beside the test); ``ConfirmPublisher``: a publisher in confirm mode keeping ``window``
+publishes unconfirmed. All keep (monotonic time, count) samples, so a test reads the rate over
+any window after the fact. CLOCK_MONOTONIC is one clock for every process of the machine."""
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Sequence
 
 from pamqp import commands
 
@@ -42,9 +47,9 @@ class _Sampled(threading.Thread):
 
 
 class CountingConsumer(_Sampled):
-    def __init__(self, gateway: GatewayServer, queue: str, tag: str = "counter") -> None:
+    def __init__(self, gateway: GatewayServer | str, queue: str, tag: str = "counter") -> None:
         super().__init__()
-        self.conn = RawConnection(gateway.url)
+        self.conn = RawConnection(gateway if isinstance(gateway, str) else gateway.url)
         self.conn.open_channel(1)
         consume = commands.Basic.Consume(0, queue, tag, no_ack=True)
         self.conn.call(1, consume, commands.Basic.ConsumeOk)
@@ -65,6 +70,41 @@ class CountingConsumer(_Sampled):
             self.error = error
         finally:
             self.conn.sock.close()
+
+
+class ConsumerProcess(_Sampled):
+    """A ``CountingConsumer`` in a child process, which prints its samples; this thread reads
+    them. Consuming once ``start`` returns."""
+
+    def __init__(self, gateway: GatewayServer, queue: str, tag: str = "counter") -> None:
+        super().__init__()
+        command = [sys.executable, "-m", "tests.cluster.throttle_clients", gateway.url, queue, tag]
+        self.child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert self.child.stdout is not None
+        ready = self.child.stdout.readline()  # after its consume-ok
+        assert ready.strip() == "consuming", f"consumer of {queue} did not start: {ready!r}"
+
+    def run(self) -> None:
+        assert self.child.stdout is not None
+        for line in self.child.stdout:
+            at, count = line.split()
+            self.times.append(float(at))
+            self.counts.append(int(count))
+
+    def close(self) -> None:
+        self.child.terminate()
+        self.child.wait(5)
+        self.join(5)
+
+
+def _consume_and_print(url: str, queue: str, tag: str) -> None:
+    """The child of ``ConsumerProcess``: samples on stdout every 0.1 s until terminated."""
+    consumer = CountingConsumer(url, queue, tag)
+    print("consuming", flush=True)
+    consumer.start()
+    while consumer.is_alive():
+        time.sleep(0.1)
+        print(consumer.times[-1], consumer.counts[-1], flush=True)
 
 
 class ConfirmPublisher(_Sampled):
@@ -113,7 +153,11 @@ class ConfirmPublisher(_Sampled):
             self.conn.sock.close()
 
 
-def total_rate(clients: list[_Sampled], start: float, end: float) -> float:
+def total_rate(clients: Sequence[_Sampled], start: float, end: float) -> float:
     """Messages per second over [start, end], summed over ``clients``."""
     got = sum(c.count_at(end) - c.count_at(start) for c in clients)
     return got / (end - start)
+
+
+if __name__ == "__main__":
+    _consume_and_print(*sys.argv[1:4])
