@@ -96,6 +96,19 @@ def test_limits_need_every_bucket_and_bytes_may_go_into_debt() -> None:
     assert limits.ready()
     limits.take(500)  # a body larger than the byte burst still goes ...
     assert not limits.ready()
-    assert limits.next_at() == pytest.approx(0.401)  # ... and the debt is paid back first
+    # ... and the debt is paid back first (with 5 ms of bytes: a wake-up gathers a few)
+    assert limits.next_at() == pytest.approx(0.405)
     now[0] = 0.41
     assert limits.ready()
+
+
+def test_a_fast_bucket_wakes_for_a_batch_of_tokens_not_each_one() -> None:
+    fast = TokenBucket(20_000, 0.0)  # burst 2,000
+    fast.take(2_000, 0.0)
+    # 100 tokens (5 ms), not the first one 50 µs later: one scheduler turn per 100 messages
+    assert fast.next_token_at(0.0) == pytest.approx(0.005)
+    fast.take(int(fast.available(0.005)), 0.005)  # the 100 were there, and all go
+    assert fast.spent == 2_100
+    slow = TokenBucket(100, 0.0)
+    slow.take(10, 0.0)
+    assert slow.next_token_at(0.0) == pytest.approx(0.01)  # below 200/s: each token
