@@ -149,6 +149,7 @@ class PriorityQueueRuntime(QueueRuntime):
         """Scan what is new in the log, then bring the top levels' fronts into memory."""
         async with self._lock:
             self.exhausted = False  # no write-through (absorb) while the scan runs
+            appends_done = self.appends_done
             self.scanning = True
             try:
                 if self.partitions == 1:
@@ -158,7 +159,11 @@ class PriorityQueueRuntime(QueueRuntime):
             finally:
                 self.scanning = False
             await self._load()
-        self.exhausted = not self._needs_load()
+            # An append that landed while the scan was out was not absorbed, and its wake
+            # set exhausted False before the scan ended: the scan may have read short of it
+            # (over a remote store it surely did), so the next turn scans again.
+            landed = self.appends_done != appends_done
+        self.exhausted = not self._needs_load() and not landed
 
     def absorb(self, messages: list[tuple[int, StoredMessage]]) -> bool:
         cursors = self.cursors

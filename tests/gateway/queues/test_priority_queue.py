@@ -331,3 +331,53 @@ def test_take_over_rebuilds_the_index_from_the_committed_offset(tmp_path: Path) 
             assert got == [(8, True), (5, True), (9, True), (6, True), (7, True)]
 
     anyio.run(scenario)
+
+
+class _HeldReads:
+    """The store, but a read's answer (taken at once) is held until ``release``: an append
+    can land while a scan is out, as over a remote store."""
+
+    def __init__(self, store: EmbeddedStore) -> None:
+        self.store = store
+        self.answered = anyio.Event()
+        self.release = anyio.Event()
+        self.release.set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def read(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self.store.read(*args, **kwargs)
+        self.answered.set()
+        await self.release.wait()
+        return result
+
+
+def test_a_message_appended_while_a_scan_is_out_outranks_the_head(tmp_path: Path) -> None:
+    """'high' lands while the scan that found 'low' is out: the next delivery is 'high'.
+    Before, the scan's end marked the queue read to the end, and 'low' went first (seen
+    over RocketMQ, where a scan takes a round trip)."""
+
+    async def scenario() -> None:
+        config = StoreConfig(tmp_path, flush=FlushPolicy.ASYNC)
+        async with open_embedded_store(config) as embedded:
+            await embedded.create_queue(1, 1)
+            store = _HeldReads(embedded)
+            definition = QueueDef(vhost="/", name="q", queue_id=1, arguments={"x-max-priority": 5})
+            queue = new_queue_runtime(definition, store)  # type: ignore[arg-type]
+            await queue.start()
+            await _append(embedded, queue, [Record(b"", b"q", _properties(1), b"low", ((1, 0),))],
+                          through=False)  # fmt: skip
+            store.answered, store.release = anyio.Event(), anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(queue.fill)
+                await store.answered.wait()  # the scan has its answer: 'low' only
+                high = Record(b"", b"q", _properties(5), b"high", ((1, 0),))
+                await _append(embedded, queue, [high], through=True)  # refused: scanning
+                queue.appends_done += 1  # as VirtualHost.stored counts it
+                store.release.set()
+            assert not queue.exhausted
+            taken = await queue.get()
+            assert taken is not None and bytes(taken[1].body) == b"high"
+
+    anyio.run(scenario)
