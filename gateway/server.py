@@ -160,6 +160,15 @@ async def serve(
     log.info("mqgw stopped cleanly")
 
 
+# docs/rocketmq.md ("What differs"): mqgw's brokers refuse what a gateway that has not yet
+# seen a change appends after a partition's closing record; RocketMQ takes it.
+CLOSING_OVER_ROCKETMQ = (
+    "a change that closes a partition (shrink, split, merge, move) is refused over RocketMQ "
+    "with shared metadata: RocketMQ does not refuse another gateway's writes after a closing "
+    "record, so messages could land behind it (growing is allowed)"
+)
+
+
 def _new_node(
     settings: GatewaySettings, store: StorePort, meta: MetadataStore
 ) -> tuple[Node, ClusterLink | None]:
@@ -170,6 +179,8 @@ def _new_node(
     if link is not None:
         node.remote_backlog = RemoteBacklog(node.store)
         node.breakers.watch_all = True
+        if settings.store is not None:
+            node.closing_refused = CLOSING_OVER_ROCKETMQ
     return node, link
 
 

@@ -101,6 +101,7 @@ class Node:
         self.scheduler.on_unused = self._delete_unused
         self.cluster: ClusterLink | None = None  # set by the server in cluster mode
         self.remote_backlog: RemoteBacklog | None = None  # likewise
+        self.closing_refused: str | None = None  # likewise (VirtualHost.closing_refused)
         self.users = Users(meta, settings, self.scheduler.clock)
         # Connections closed while the metadata store was away: their exclusive queues.
         self.owners_to_clean: set[str] = set()
@@ -210,6 +211,7 @@ class Node:
         vhost.on_queue_attached = self._queue_attached
         vhost.on_dead_letter = self.hand_over.waiting.set
         vhost.gray_ended = self.gray.ended_in(name)
+        vhost.closing_refused = self.closing_refused
         if self.cluster is not None:  # several broker groups: queues are placed first
             vhost.placement = self.cluster.placement
         definition = await self.meta.get_vhost(name)

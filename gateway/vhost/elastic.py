@@ -91,6 +91,7 @@ async def apply(
 ) -> QueueRoute:
     """Write version v+1 (RouteConflict: changed meanwhile) and act on it here: closed
     partitions get their command records; opening ones open at once on one node."""
+    keyed_routes.check_may_close(host, queue, route, new)
     new = await place_route(host, queue, new)
     await host.store.create_queue(queue.queue_id, len(new.partitions))
     await host.meta.set_route(new, route)

@@ -77,6 +77,10 @@ class VirtualHost:
         # (``reroute``), so nothing lands in a partition after its command record.
         self.routed: dict[int, QueueRuntime] = {}
         self.route_epoch = 0
+        # Why no route change may close a partition here (None: it may): a store that does
+        # not refuse appends after a closing record, shared by several gateways, cannot
+        # make one that has not seen the change yet stop writing there.
+        self.closing_refused: str | None = None
 
     async def load(self) -> None:
         """Build the router and runtimes from metadata (after a restart: durable things)."""

@@ -30,6 +30,7 @@ from meta.queue_route import (
     ORDERING_HEADER_ARG,
     ORDERING_KEY,
     QueueRoute,
+    RouteRefused,
     closed,
     initial_route,
 )
@@ -91,6 +92,17 @@ def command_record(queue_id: int, partition: int, version: int, wall_ms: int) ->
     body = json.dumps({"closed_in": version, "partition": partition}).encode()
     return Record(COMMAND_EXCHANGE.encode(), b"", EMPTY_PROPERTIES, body,
                   ((queue_id, partition),), wall_ms, PERSISTENT | CLOSES)  # fmt: skip
+
+
+def check_may_close(host: VirtualHost, queue: QueueRuntime, route: QueueRoute | None,
+                    new: QueueRoute) -> None:  # fmt: skip
+    """RouteRefused when ``new`` closes a partition ``route`` had open and this vhost's
+    store cannot fence it (VirtualHost.closing_refused)."""
+    if host.closing_refused is None:
+        return
+    was = {p.partition: p.state for p in route.partitions} if route is not None else {}
+    if any(p.state == "closing" and was.get(p.partition) != "closing" for p in new.partitions):
+        raise RouteRefused(f"queue '{queue.name}': {host.closing_refused}")
 
 
 async def append_commands(

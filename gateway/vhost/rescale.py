@@ -75,6 +75,7 @@ async def apply_step(host: VirtualHost, queue: OrderedRuntime, step: Step) -> Qu
     route = queue.route
     wall_ms = host.scheduler.clock.wall_ms()
     new = plan(_on_groups(host, queue, route), step, keyed_routes.iso_now(wall_ms))
+    keyed_routes.check_may_close(host, queue, route, new)
     new = await place_route(host, queue, new)
     await host.store.create_queue(queue.queue_id, len(new.partitions))
     await host.meta.set_route(new, route)  # RouteConflict: changed meanwhile
@@ -157,7 +158,9 @@ class RouteKeeper:
         """Take the queue to ``partitions`` open partitions, a step at a time (the target is
         kept in the route: a restart carries on towards it)."""
         route = queue.route
-        next_step(route, partitions)  # RouteRefused for a count out of range
+        step = next_step(route, partitions)  # RouteRefused for a count out of range
+        if step is not None and host.closing_refused is not None:  # every step closes one
+            raise RouteRefused(f"queue '{queue.name}': {host.closing_refused}")
         aimed = route.model_copy(update={"target": partitions})
         await host.meta.set_route(aimed, route)
         queue.set_route(aimed)

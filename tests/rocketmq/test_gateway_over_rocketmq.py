@@ -207,3 +207,36 @@ def test_a_broker_that_does_not_answer_at_start_is_one_line(
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("mqgw serve: RocketMQ store rocketmq://"), line
     assert line.endswith(f"rocketmq {broker.address}: no answer in 5.0 s"), line
+
+
+def test_with_shared_metadata_no_change_closes_a_partition(
+    tmp_path: Path, rocketmq: LocalRocketMQ
+) -> None:
+    """RocketMQ does not refuse a write after a partition's closing record, so with Redis
+    (several gateways may write) shrink, split, merge and move answer 409 with the reason;
+    growing closes nothing and goes ahead."""
+    redis = RedisServer(tmp_path / "redis").start()
+    args = ["--store", _store_url(rocketmq), "--meta", redis.url, "--admin-port", str(free_port())]
+    gateway = GatewayServer(tmp_path / "gw", args)
+    try:
+        gateway.start()
+        connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
+        channel = connection.channel()
+        channel.queue_declare("plain", durable=True)
+        channel.queue_declare("keyed", durable=True, arguments={"x-mqgw-ordering": "key"})
+        connection.close()
+        grow = {"partitions": 2, "wait": True}  # open once read (5 s: nobody delivers it)
+        grown, answer = gateway.admin("POST", "/api/queues/%2F/plain/scale", grow)
+        assert grown == 200 and answer["complete"], answer
+        for path, body in [("plain/scale", {"partitions": 1}),
+                           ("keyed/rescale", {"partitions": 2}),
+                           ("keyed/rescale", {"split": 0})]:  # fmt: skip
+            status, answer = gateway.admin("POST", f"/api/queues/%2F/{path}", body)
+            assert status == 409, (path, body, answer)
+            assert "refused over RocketMQ with shared metadata" in answer["reason"], answer
+        status, route = gateway.admin("GET", "/api/queues/%2F/plain/route")
+        assert status == 200 and len(route["partitions"]) == 2  # the shrink wrote nothing
+        assert [p["state"] for p in route["partitions"]] == ["open", "open"], route
+    finally:
+        gateway.kill()
+        redis.stop()
