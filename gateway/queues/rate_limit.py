@@ -14,9 +14,9 @@ from dataclasses import dataclass
 # A bucket with no share looks again this often (its share may come at any re-division).
 NO_SHARE_RETRY_S = 0.05
 # A held queue or publisher is woken when this much time's tokens are there, not at the
-# first one: at 20,000 msgs/s a wake-up per token was a scheduler turn per message, which
-# took the gateway's core and held it 12 % under its limit. Nothing is lost by waiting:
-# tokens gather up to the burst (a tenth of a second's).
+# first one: at 20,000 msgs/s a wake-up per token was a scheduler turn per message, spent
+# on the core the deliveries need. Nothing is lost by waiting: tokens gather up to the
+# burst (a tenth of a second's).
 WAKE_BATCH_S = 0.005
 
 
