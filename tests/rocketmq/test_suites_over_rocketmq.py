@@ -35,6 +35,8 @@ DIFFERS = {
     # which a priority queue (or a get right after a publish) sees messages a RocketMQ round
     # trip after they were published. docs/rocketmq.md lists them as open.
     "tests.diff.test_diff_priority::test_priority_queue_like_rabbitmq[_get_order]": _LATE,
+    "tests.diff.test_diff_priority::"
+    "test_priority_queue_like_rabbitmq[_dead_letters_into_a_priority_queue]": _LATE,
     **{f"tests.diff.test_diff_priority::test_random_sequences_like_rabbitmq[{seed}]": _LATE
        for seed in range(6)},
     "tests.diff.test_diff_single_active::"
