@@ -30,18 +30,18 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.processes import tree_cpu_s
-from storage.rocketmq.client import PRODUCER_GROUP, RocketMQClient, RocketMQError
+from storage.rocketmq.client import SYSTEM_BUSY, RocketMQClient, RocketMQError, send_header
 from storage.rocketmq.connection import open_pool
 from storage.rocketmq.messages import batch_body, encode_properties
 from storage.rocketmq.remoting import request
 
-SEND_MESSAGE_V2 = 310
-SYSTEM_BUSY = 2  # the broker's flow control: sent again, as the store does
+SEND_MESSAGE_V2 = 310  # a single message: the only send RocketMQ dispatches to LMQs
 LMQ = "%LMQ%"
 console = Console(stderr=True, highlight=False)
 
 
 async def _again_while_busy(call: Callable[[], Awaitable[object]]) -> None:
+    """``call`` until the broker's flow control lets it through, as the store sends again."""
     while True:
         try:
             await call()
@@ -54,9 +54,7 @@ async def _again_while_busy(call: Callable[[], Awaitable[object]]) -> None:
 
 async def _send_one(client: RocketMQClient, broker: str, topic: str, props: str,
                     body: bytes) -> None:  # fmt: skip
-    fields = {"a": PRODUCER_GROUP, "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0,
-              "g": int(time.time() * 1000), "h": 0, "i": props, "j": 0, "k": False,
-              "m": False}  # fmt: skip
+    fields = send_header(topic, 0, int(time.time() * 1000), batch=False, properties=props)
     command = request(SEND_MESSAGE_V2, fields, body)
     await _again_while_busy(lambda: client._call(broker, command, f"send to {topic}"))
 

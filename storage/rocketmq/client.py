@@ -77,6 +77,15 @@ class Pulled(NamedTuple):
     body: bytes | memoryview
 
 
+def send_header(
+    topic: str, queue_id: int, born_ts_ms: int, batch: bool, properties: str = ""
+) -> dict[str, object]:
+    """A send's request header (SendMessageRequestHeaderV2's one-letter fields); a batch
+    carries each message's properties in its body instead."""
+    return {"a": PRODUCER_GROUP, "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": 0,
+            "g": born_ts_ms, "h": 0, "i": properties, "j": 0, "k": False, "m": batch}  # fmt: skip
+
+
 class RocketMQClient:
     def __init__(self, pool: Pool, namesrvs: Sequence[str], timeout_s: float = 5.0) -> None:
         self.pool = pool
@@ -217,20 +226,7 @@ class RocketMQClient:
     ) -> tuple[int, list[int]]:
         """One batch into one message queue: (queue offset of its first message, each
         message's commitlog offset)."""
-        fields = {
-            "a": PRODUCER_GROUP,
-            "b": topic,
-            "c": "TBW102",
-            "d": 4,
-            "e": queue_id,
-            "f": 0,
-            "g": born_ts_ms,
-            "h": 0,
-            "i": "",
-            "j": 0,
-            "k": False,
-            "m": True,
-        }
+        fields = send_header(topic, queue_id, born_ts_ms, batch=True)
         response = await self._call(
             broker, request(SEND_BATCH_MESSAGE, fields, body), f"send to {topic}/{queue_id}"
         )
