@@ -123,13 +123,20 @@ def _session(
             client.send(1, method)
         items: list[Any] = []
         wanted, more = then
-        while sum(isinstance(item, Message) for item in items) < wanted:
+        # Every session's last method gets an answer (consume-ok, get-ok, a close...): wait
+        # for it as long as for any reply, so a server slow under load is not read as silent.
+        while not _answered(items) or sum(isinstance(item, Message) for item in items) < wanted:
             items.append(client.next_item(1))
             if client.closed is not None:
                 break
         for method in more:
             client.send(1, method)
         return [_outcome(item) for item in items + client.drain(1, quiet_s)]
+
+
+def _answered(items: list[Any]) -> bool:
+    """Whether a reply other than qos-ok (which only answers the session's set-up) is in."""
+    return any(not isinstance(item, (Message, c.Basic.QosOk)) for item in items)
 
 
 def _consume(queue: str, offset: Any = None, **options: Any) -> c.Basic.Consume:
