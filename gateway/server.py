@@ -33,7 +33,9 @@ from gateway.net.listeners import describe, open_listener
 from gateway.net.tls import ReloadingContext, TLSSettingsError, TLSSetup, serve_tls_connection
 from gateway.node import Node
 from gateway.sessions.connection_io import serve_connection
+from gateway.vhost.group_mover import LEASE_MS
 from meta.local_store import LocalMetadataStore
+from meta.move_jobs import SharedMoveJob
 from meta.redis_store import RedisMetadataStore
 from meta.store import MetadataStore
 from storage import BrokerUnavailable, DiskFull, StoreLocked, StorePort, open_embedded_store
@@ -179,6 +181,7 @@ def _new_node(
     if link is not None:
         node.remote_backlog = RemoteBacklog(node.store)
         node.breakers.watch_all = True
+        node.group_mover.records = SharedMoveJob(link.meta, node.name, LEASE_MS)
         if settings.store is not None:
             node.closing_refused = CLOSING_OVER_ROCKETMQ
     return node, link

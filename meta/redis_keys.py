@@ -45,6 +45,8 @@ class RedisKeys:
         self.retired_groups = prefix + "retired-groups"  # set: groups removed from the cluster
         # hash: gateway -> "<Redis ms> <report>" (meta/throttle_shares.py)
         self.throttle_demand = prefix + "throttle-demand"
+        self.move_job = prefix + "move-job"  # string: the cluster's group move job (JSON)
+        self.move_job_lease = prefix + "move-job-lease"  # string with a TTL: the gateway running it
 
     def vhost_part(self, vhost: str) -> str:
         return f"{self.prefix}v:{quote(vhost, safe='')}:"

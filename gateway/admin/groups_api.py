@@ -7,7 +7,8 @@
   "tolerance": 0.1, "per_minute": 60}``: the plan (dry run: 200), or the job started (202);
 - ``POST /api/cluster/groups/{group}/drain`` with ``{"per_minute": 60}``: every partition off
   the group (202, the job; 409 with what cannot move and nothing else to do);
-- ``GET /api/cluster/moves``: the last job's progress;
+- ``GET /api/cluster/moves``: the last job's progress, from any gateway (the job is the
+  cluster's: another gateway resumes it when the one running it dies);
 - ``DELETE /api/cluster/groups/{group}``: 409 while a partition that is not removed is on it
   (listed), else its removed partitions are re-pointed to groups that hold their queues and
   its brokers are forgotten (204): nothing is placed there again, and its processes can go.
@@ -24,6 +25,7 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Response
 
 from gateway.admin.auth import ADMINISTRATOR, requires
 from gateway.admin.paths import SlashRoute
+from gateway.vhost.group_mover import JobRunning
 from gateway.vhost.group_moves import MoveJob, measure
 from gateway.vhost.group_plans import plan_drain, plan_rebalance, shares, spread
 from meta.models import User
@@ -59,9 +61,19 @@ class _GroupChecks:
         placed = self.placement()
         return [g for g in placed.live() if g in placed.groups]
 
-    def idle(self) -> None:
-        if self.node.group_mover.busy():
-            raise HTTPException(409, "a move job is running (GET /api/cluster/moves)")
+    async def idle(self) -> None:
+        shown = await self.node.group_mover.shown()
+        if shown is not None and shown["state"] == "running":
+            raise HTTPException(409, RUNNING)
+
+    async def start(self, job: MoveJob) -> None:
+        try:
+            await self.node.group_mover.start(job)
+        except JobRunning:
+            raise HTTPException(409, RUNNING) from None
+
+
+RUNNING = "a move job is running (GET /api/cluster/moves)"
 
 
 def routes(node: Node) -> APIRouter:
@@ -101,16 +113,15 @@ def _balance_routes(
         tolerance = _number(body, "tolerance", 0.1)
         per_minute = _number(body, "per_minute", 60.0, low=0.1)
         groups = checks.live_groups()
-        checks.idle()
+        await checks.idle()
         loads = await measure(node.hosted_queues, window)
         totals = shares(loads, groups)
         moves = plan_rebalance(loads, groups, tolerance)
         if body.get("dry_run"):
             return {"groups": totals, "spread": round(spread(totals), 3),
                     "moves": [m.__dict__ for m in moves]}  # fmt: skip
-        checks.idle()
         job = MoveJob("rebalance", moves, per_minute)
-        node.group_mover.submit(job)
+        await checks.start(job)
         response.status_code = 202
         return {"groups": totals, "spread": round(spread(totals), 3), "job": job.view()}
 
@@ -133,7 +144,7 @@ def _drain_routes(router: APIRouter, node: Node, checks: _GroupChecks, administr
         if not others:
             raise HTTPException(409, f"no other broker group is up to take '{group}''s "
                                 "partitions")  # fmt: skip
-        checks.idle()
+        await checks.idle()
         loads = await measure(node.hosted_queues, 0.0)
         moves, stuck = plan_drain(loads, group, others)
         if not moves and stuck:
@@ -143,7 +154,7 @@ def _drain_routes(router: APIRouter, node: Node, checks: _GroupChecks, administr
                 + "; ".join(sorted({s.fixed or s.queue for s in stuck})),
             )
         job = MoveJob(f"drain {group}", moves, per_minute)
-        node.group_mover.submit(job)
+        await checks.start(job)
         response.status_code = 202
         return {"job": job.view(), "cannot_move": [
             {"vhost": s.vhost, "queue": s.queue, "partition": s.partition, "why": s.fixed}
@@ -153,8 +164,8 @@ def _drain_routes(router: APIRouter, node: Node, checks: _GroupChecks, administr
     @router.get("/api/cluster/moves", summary="The last move job's progress")
     async def moves(user: User = administrator) -> dict[str, Any]:
         checks.placement()
-        job = node.group_mover.job
-        return {"state": "idle"} if job is None else job.view()
+        shown = await node.group_mover.shown()
+        return {"state": "idle"} if shown is None else shown
 
 
 def _retire_route(router: APIRouter, node: Node, checks: _GroupChecks, administrator: Any) -> None:
@@ -163,7 +174,7 @@ def _retire_route(router: APIRouter, node: Node, checks: _GroupChecks, administr
         placed = checks.placement()
         if group not in placed.groups:
             raise HTTPException(400, f"no broker group '{group}' in the cluster")
-        checks.idle()
+        await checks.idle()
         left, repoint = _retirement(node, placed, group)
         if left:
             raise HTTPException(409, f"broker group '{group}' still holds: " + "; ".join(left)

@@ -43,7 +43,7 @@ from gateway.sessions.publishing import deliver_reply, return_reply
 from gateway.sessions.session import Session
 from gateway.vhost import VirtualHost
 from gateway.vhost.autoscale import Autoscaler
-from gateway.vhost.group_moves import GroupMover
+from gateway.vhost.group_mover import GroupMover
 from gateway.vhost.rescale import RouteKeeper
 from meta.change_feed import Change
 from meta.models import Deletions, Policy, User, VHost, VHostLimits

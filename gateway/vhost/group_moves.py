@@ -1,20 +1,24 @@
 """Draining a broker group and rebalancing the cluster (docs/elastic-queues.md): the loads
 measured from the store, a plan (gateway/vhost/group_plans.py), and the job that carries it
-out on this gateway, one move at a time.
+out, one move at a time (gateway/vhost/group_mover.py runs it, and resumes it on another
+gateway when the one running it dies).
 
 A move is the queue's own (gateway/vhost/elastic.py for a plain queue, a ``move`` step for a
 keyed-order one): writes go to a new partition on the target group at once, the backlog is
 consumed where it is, and the old partition is removed once drained. The job waits for each
 move to complete before the next (one change at a time per queue, and a bounded rate:
 ``per_minute``), logs a line per move and a summary at the end, and shows its progress in
-``MoveJob.view`` (GET /api/cluster/moves).
+``MoveJob.view`` (GET /api/cluster/moves). A move is safe to ask twice: one whose partition
+is no longer open on its source was made already (by the job's last runner), and is only
+waited for.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,12 +103,21 @@ class MoveJob:
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     current: Move | None = None
+    # What another gateway needs to resume it (gateway/vhost/group_mover.py).
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    next: int = 0  # the index of the first move not yet completed or failed
+    runner: str = ""  # the gateway running it
+    resumed_by: list[str] = field(default_factory=list)
+    started_wall: float = field(default_factory=time.time)
 
     def view(self) -> dict[str, Any]:
         took = (self.finished or time.monotonic()) - self.started
         return {
+            "id": self.job_id,
             "kind": self.kind,
             "state": "running" if self.finished is None else "finished",
+            "gateway": self.runner,
+            "resumed_by": self.resumed_by,
             "planned": len(self.moves),
             "done": self.done,
             "failed": self.failed,
@@ -114,32 +127,74 @@ class MoveJob:
             "moves": [_move_json(m) for m in self.moves],
         }
 
+    def record(self) -> dict[str, Any]:
+        """The view, with what resuming needs."""
+        return {**self.view(), "next": self.next, "per_minute": self.per_minute,
+                "started_wall": self.started_wall}  # fmt: skip
+
+    @classmethod
+    def resumed(cls, record: dict[str, Any], runner: str) -> MoveJob:
+        """The job of ``record`` (``MoveJob.record``), to be carried on by ``runner``."""
+        moves = [Move(m["vhost"], m["queue"], int(m["partition"]), m["from"], m["to"],
+                      int(m["weight"])) for m in record["moves"]]  # fmt: skip
+        started_wall = float(record["started_wall"])
+        return cls(
+            kind=str(record["kind"]),
+            moves=moves,
+            per_minute=float(record["per_minute"]),
+            done=int(record["done"]),
+            failed=[str(f) for f in record["failed"]],
+            started=time.monotonic() - max(0.0, time.time() - started_wall),
+            job_id=str(record["id"]),
+            next=int(record["next"]),
+            runner=runner,
+            resumed_by=[*record["resumed_by"], runner],
+            started_wall=started_wall,
+        )
+
 
 def _move_json(move: Move) -> dict[str, Any]:
     return {"vhost": move.vhost, "queue": move.queue, "partition": move.partition,
             "from": move.source, "to": move.target, "weight": move.weight}  # fmt: skip
 
 
+# Called with the job after each move; False: the job is no longer this gateway's (another
+# took it over), so it stops here.
+Progress = Callable[["MoveJob"], Awaitable[bool]]
+
+
+async def _keep(job: MoveJob) -> bool:
+    return True
+
+
 async def run_job(job: MoveJob, hosts: Callable[[str], VirtualHost | None],
-                  keeper: RouteKeeper) -> None:  # fmt: skip
-    """Carry the moves out in turn; one that fails is noted and the job goes on."""
+                  keeper: RouteKeeper, progress: Progress = _keep) -> None:  # fmt: skip
+    """Carry the moves out in turn from ``job.next``; one that fails is noted and the job
+    goes on."""
     gap = 60.0 / job.per_minute if job.per_minute > 0 else 0.0
-    for index, move in enumerate(job.moves, 1):
+    while job.next < len(job.moves):
+        move = job.moves[job.next]
         job.current = move
         began = time.monotonic()
         try:
             await _move(move, hosts, keeper)
             job.done += 1
             log.info("%s: moved queue %r partition %d from %s to %s (%d/%d)", job.kind,
-                     move.queue, move.partition, move.source, move.target, index,
+                     move.queue, move.partition, move.source, move.target, job.next + 1,
                      len(job.moves))  # fmt: skip
         except (RouteRefused, RouteConflict, MetaError, StoreError, TimeoutError) as error:
             job.failed.append(f"{move.queue} partition {move.partition}: {error}")
             log.warning("%s: queue %r partition %d not moved: %s", job.kind, move.queue,
                         move.partition, error)  # fmt: skip
-        await anyio.sleep(max(0.0, gap - (time.monotonic() - began)))
+        job.next += 1
+        if job.next < len(job.moves):
+            if not await progress(job):
+                log.warning("%s: taken over by another gateway; stopping here", job.kind)
+                return
+            await anyio.sleep(max(0.0, gap - (time.monotonic() - began)))
     job.current = None
     job.finished = time.monotonic()
+    await progress(job)
     log.info("%s: %d of %d partition(s) moved in %.1f s, %d failed", job.kind, job.done,
              len(job.moves), job.finished - job.started, len(job.failed))  # fmt: skip
 
@@ -150,43 +205,34 @@ async def _move(move: Move, hosts: Callable[[str], VirtualHost | None],
     queue = None if host is None else host.queues.get(move.queue)
     if host is None or queue is None or queue.deleted:
         raise RouteRefused("the queue is gone")
-    for attempt in range(3):
-        try:
-            if isinstance(queue, OrderedRuntime):
-                await apply_step(host, queue, Step("move", move.partition, group=move.target))
-            else:
-                await elastic.move_partitions(host, queue, [move.partition], move.target)
-            break
-        except RouteConflict:  # another gateway's keeper wrote the route meanwhile
-            if attempt == 2:
-                raise
-            await keyed_routes.follow(host, queue)
+    if _made(host, queue, move):
+        log.info("queue %r partition %d: moved already; waiting for it to settle", move.queue,
+                 move.partition)  # fmt: skip
+    else:
+        await _ask(host, queue, move, keeper)
     keeper.poke()
     with anyio.fail_after(MOVE_TIMEOUT_S):
         while not settled(queue, keeper) and not queue.deleted:
             await anyio.sleep(POLL_S)
 
 
-class GroupMover:
-    """Runs one move job at a time (``submit``), in the node's task group (``run``)."""
+def _made(host: VirtualHost, queue: QueueRuntime, move: Move) -> bool:
+    """Whether ``move`` was asked already: its partition is no longer open on its source."""
+    groups = host.placement(queue.queue_id) if host.placement is not None else None
+    on_source = groups is not None and move.partition < len(groups) and (
+        groups[move.partition] == move.source)  # fmt: skip
+    return not (on_source and _counted(queue, move.partition))
 
-    def __init__(self, hosts: Callable[[str], VirtualHost | None], keeper: RouteKeeper) -> None:
-        self.hosts = hosts
-        self.keeper = keeper
-        self.job: MoveJob | None = None
-        self._wake = anyio.Event()
 
-    def busy(self) -> bool:
-        return self.job is not None and self.job.finished is None
-
-    def submit(self, job: MoveJob) -> None:
-        self.job = job
-        self._wake.set()
-
-    async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            job = self.job
-            if job is not None and job.finished is None:
-                await run_job(job, self.hosts, self.keeper)
+async def _ask(host: VirtualHost, queue: QueueRuntime, move: Move, keeper: RouteKeeper) -> None:
+    for attempt in range(3):
+        try:
+            if isinstance(queue, OrderedRuntime):
+                await apply_step(host, queue, Step("move", move.partition, group=move.target))
+            else:
+                await elastic.move_partitions(host, queue, [move.partition], move.target)
+            return
+        except RouteConflict:  # another gateway's keeper wrote the route meanwhile
+            if attempt == 2:
+                raise
+            await keyed_routes.follow(host, queue)
