@@ -194,6 +194,7 @@ def test_real_gateway_capped_at_a_fifth_of_a_core(tmp_path: Path) -> None:
         gateway.stop()
 
 
+@pytest.mark.slow  # 16 s: the default tier keeps within its 40 minutes
 def test_compare_cluster_caps_every_gateway_and_names_the_cap() -> None:
     report = compare_cluster(
         [SCENARIOS["confirm-durable-1k"]], [2], False, 0.005, 1, 1, gateway_cpu=0.5

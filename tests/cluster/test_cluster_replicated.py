@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pytest
 import redis
 
 from tests.cluster.test_cluster_cli import (
@@ -69,6 +70,7 @@ def election_ms(url: str, epoch: int) -> int:
     raise AssertionError(f"no group.master entry at epoch {epoch}")
 
 
+@pytest.mark.slow  # 30 s: the default tier keeps within its 40 minutes
 def test_failover_drill_through_the_cli(tmp_path: Path) -> None:
     with cluster_dir(tmp_path) as (directory, seen):
         d = str(directory)

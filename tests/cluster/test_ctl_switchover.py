@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cli.commands import clean_env, mqgw
 from tests.cluster.test_cluster_cli import cli, cluster_dir, entries, remember, running
 from tests.cluster.test_cluster_cli import status as cluster_status
@@ -26,6 +28,7 @@ def both_in_sync(directory: Path) -> bool:
     return bool(group(directory)["in_sync"] == ["broker-g1-0", "broker-g1-1"])
 
 
+@pytest.mark.slow  # 25 s: the default tier keeps within its 40 minutes
 def test_switchover_and_ctl_by_the_cluster_directory(tmp_path: Path) -> None:
     with cluster_dir(tmp_path) as (directory, seen):
         d = str(directory)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pika
+import pytest
 
 from tests.cluster.conftest import Cluster
 
@@ -54,6 +55,7 @@ def test_each_message_is_delivered_once(cluster: Cluster) -> None:
     connection.close()
 
 
+@pytest.mark.slow  # 25 s: the default tier keeps within its 40 minutes
 def test_messages_published_before_the_lease_are_delivered(cluster: Cluster) -> None:
     """Publishers and the consumer start together: reads made before the gateway held the
     queue's delivery lease were still in flight when the take-over reset the position, and

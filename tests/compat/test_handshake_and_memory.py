@@ -5,6 +5,7 @@ released once the consumers that held it drain."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import select
 import selectors
@@ -108,7 +109,10 @@ def test_connections_per_address_are_capped(tmp_path: Path) -> None:
         extra = socket.create_connection(("127.0.0.1", gateway.amqp_port))
         extra.sendall(PROTOCOL_HEADER)
         extra.settimeout(5)
-        assert extra.recv(100) == b""  # closed before connection.start
+        # Closed before connection.start: an orderly close, or a reset when the close found
+        # the protocol header unread (which of the two is a race of the kernel's).
+        with contextlib.suppress(ConnectionResetError):
+            assert extra.recv(100) == b""
         extra.close()
         first[0].close()
         check_for(5, lambda: RawConnection(gateway.url))  # room again once one has gone
