@@ -111,10 +111,6 @@ class QueueState:
         self.on_exhausted: Callable[[Self], None] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)
         self.getting = 0  # basic.gets under way (cluster: the leases are not handed over)
-        # Cluster, a plain queue of several partitions (``spreads_delivery``): this gateway's
-        # place among the gateways with consumers on it, (index, count); each delivers every
-        # count-th partition. None: not known yet, or the queue is delivered by one gateway.
-        self.delivery_slot: tuple[int, int] | None = None
         # Attached while its broker group was down (cluster): not started, not delivered,
         # until VirtualHost.start_waiting finds the group back.
         self.waiting_for_broker = False
