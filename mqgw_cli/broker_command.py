@@ -52,6 +52,7 @@ def _broker(args: argparse.Namespace) -> int:
 
     from gateway.config.logging_setup import configure_from_settings
     from storage import serve_broker
+    from storage.broker.gc_tuning import tune_gc
     from storage.errors import StoreError
 
     try:
@@ -75,6 +76,7 @@ def _broker(args: argparse.Namespace) -> int:
         listening.append(args.advertise or f"{host}:{port}")
         for event in events:
             event.set()
+        tune_gc()  # recovered: what the store holds now lives as long as the process
         log.info(
             "broker %s ready on %s:%d data %s (flush %s)",
             name,
