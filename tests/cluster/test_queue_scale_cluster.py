@@ -198,3 +198,53 @@ def test_a_gateway_killed_in_the_middle_of_each_change(two_groups: TwoGroups) ->
     for part in _settled_on(gw_b)["partitions"]:
         if part["state"] == "removed":  # nothing written after a command record
             assert ends[part["partition"]] == part["closed_at"] + 1, (part, ends)
+
+
+@pytest.mark.slow
+# gwB's consumer thread ends with a connection error when gwB is killed: expected here.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_autoscale_goes_on_when_the_deciding_gateway_is_killed(two_groups: TwoGroups) -> None:
+    """Slow consumers on both gateways, gwB delivering the queue (its consumer came first), so
+    gwB decides: it grows the queue, and is killed -9 once it has. gwA takes the delivery
+    over and with it the decisions: the queue stays within its bounds, changes one step at a
+    time, goes back to 1 partition once drained, and every confirmed message arrives."""
+    gw_a, gw_b = two_groups.gateways
+    policy = {"pattern": "^auto$", "definition": {
+        "autoscale": {"min": 1, "max": 3, "depth": 50, "window_s": 1}}}  # fmt: skip
+    assert gw_a.admin("PUT", "/api/policies/%2F/auto", policy)[0] in (201, 204)
+    with pika.BlockingConnection(pika.URLParameters(gw_a.url)) as conn:
+        channel = conn.channel()
+        channel.queue_declare("auto", durable=True)
+        channel.confirm_delivery()
+        for n in range(600):
+            channel.basic_publish("", "auto", b"%d" % n, pika.BasicProperties(delivery_mode=2))
+    on_b = AckingConsumer(gw_b.url, "auto", delay_s=0.01)
+    on_b.start()
+    check_for(10, lambda: len(on_b.received) > 0)  # gwB holds the queue's lease
+    on_a = AckingConsumer(gw_a.url, "auto", delay_s=0.01)
+    on_a.start()
+
+    def view(gateway: GatewayServer) -> dict[str, Any]:
+        status, queue = gateway.admin("GET", "/api/queues/%2F/auto")
+        assert status == 200
+        found: dict[str, Any] = queue["mqgw"]["autoscale"]
+        return found
+
+    check_for(20, lambda: view(gw_b)["open_partitions"] >= 2)
+    assert view(gw_b)["deciding_here"]
+    gw_b.stop(signal.SIGKILL)
+    killed_at = time.monotonic()
+    check_for(30, lambda: view(gw_a)["deciding_here"])
+    print(f"gwA decides {time.monotonic() - killed_at:.1f} s after gwB was killed")
+
+    def received() -> set[bytes]:
+        return {b for c in (on_a, on_b) for b, _ in c.received}
+
+    check_for(60, lambda: len(received()) >= 600)
+    check_for(60, lambda: view(gw_a)["open_partitions"] == 1)
+    decisions = view(gw_a)["decisions"]
+    assert decisions and decisions[-1]["to"] == 1, decisions
+    assert all(abs(d["to"] - d["from"]) == 1 and 1 <= d["to"] <= 3 for d in decisions)
+    on_a.stop.set()
+    on_a.join(10)
+    assert received() == {b"%d" % n for n in range(600)}
