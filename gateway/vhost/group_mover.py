@@ -60,9 +60,7 @@ class GroupMover:
 
     async def shown(self) -> dict[str, Any] | None:
         """The job to show: this gateway's running one, else the cluster's record."""
-        if self.busy() or self.records is None:
-            return None if self.job is None else self.job.view()
-        record = await self.records.load()
+        record = None if self.busy() or self.records is None else await self.records.load()
         if record is None:
             return None if self.job is None else self.job.view()
         shown: dict[str, Any] = json.loads(record)

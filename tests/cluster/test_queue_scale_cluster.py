@@ -99,23 +99,9 @@ def test_autoscale_on_the_delivering_gateway(two_groups: TwoGroups) -> None:
     """Published through gwA, consumed slowly through gwB: gwB delivers the queue, so it
     decides; it grows by the broker's depth and shrinks once the consumer caught up."""
     gw_a, gw_b = two_groups.gateways
-    policy = {"pattern": "^auto$", "definition": {
-        "autoscale": {"min": 1, "max": 3, "depth": 50, "window_s": 1}}}  # fmt: skip
-    assert gw_a.admin("PUT", "/api/policies/%2F/auto", policy)[0] in (201, 204)
-    with pika.BlockingConnection(pika.URLParameters(gw_a.url)) as conn:
-        channel = conn.channel()
-        channel.queue_declare("auto", durable=True)
-        channel.confirm_delivery()
-        for n in range(400):
-            channel.basic_publish("", "auto", b"%d" % n)
+    auto_queue(gw_a, 400)
     slow = AckingConsumer(gw_b.url, "auto", delay_s=0.01)
     slow.start()
-
-    def autoscale(gateway: GatewayServer) -> dict[str, Any]:
-        status, queue = gateway.admin("GET", "/api/queues/%2F/auto")
-        assert status == 200
-        view: dict[str, Any] = queue["mqgw"]["autoscale"]
-        return view
 
     check_for(20, lambda: autoscale(gw_b)["open_partitions"] >= 2)
     assert autoscale(gw_b)["deciding_here"] and not autoscale(gw_a)["deciding_here"]
@@ -127,6 +113,28 @@ def test_autoscale_on_the_delivering_gateway(two_groups: TwoGroups) -> None:
     slow.stop.set()
     slow.join(10)
     assert sorted({b for b, _ in slow.received}, key=int) == [b"%d" % n for n in range(400)]
+
+
+def auto_queue(gateway: GatewayServer, count: int, properties: Any = None) -> None:
+    """Queue "auto" under an autoscale policy (1 to 3 partitions, depth 50, window 1 s),
+    with ``count`` confirmed messages "0", "1", ... in it."""
+    policy = {"pattern": "^auto$", "definition": {
+        "autoscale": {"min": 1, "max": 3, "depth": 50, "window_s": 1}}}  # fmt: skip
+    assert gateway.admin("PUT", "/api/policies/%2F/auto", policy)[0] in (201, 204)
+    with pika.BlockingConnection(pika.URLParameters(gateway.url)) as conn:
+        channel = conn.channel()
+        channel.queue_declare("auto", durable=True)
+        channel.confirm_delivery()
+        for n in range(count):
+            channel.basic_publish("", "auto", b"%d" % n, properties)
+
+
+def autoscale(gateway: GatewayServer) -> dict[str, Any]:
+    """Queue "auto"'s autoscale view as ``gateway`` shows it."""
+    status, queue = gateway.admin("GET", "/api/queues/%2F/auto")
+    assert status == 200
+    view: dict[str, Any] = queue["mqgw"]["autoscale"]
+    return view
 
 
 def _settled_on(gateway: GatewayServer, timeout_s: float = 60) -> dict[str, Any]:
@@ -209,40 +217,26 @@ def test_autoscale_goes_on_when_the_deciding_gateway_is_killed(two_groups: TwoGr
     over and with it the decisions: the queue stays within its bounds, changes one step at a
     time, goes back to 1 partition once drained, and every confirmed message arrives."""
     gw_a, gw_b = two_groups.gateways
-    policy = {"pattern": "^auto$", "definition": {
-        "autoscale": {"min": 1, "max": 3, "depth": 50, "window_s": 1}}}  # fmt: skip
-    assert gw_a.admin("PUT", "/api/policies/%2F/auto", policy)[0] in (201, 204)
-    with pika.BlockingConnection(pika.URLParameters(gw_a.url)) as conn:
-        channel = conn.channel()
-        channel.queue_declare("auto", durable=True)
-        channel.confirm_delivery()
-        for n in range(600):
-            channel.basic_publish("", "auto", b"%d" % n, pika.BasicProperties(delivery_mode=2))
+    auto_queue(gw_a, 600, pika.BasicProperties(delivery_mode=2))
     on_b = AckingConsumer(gw_b.url, "auto", delay_s=0.01)
     on_b.start()
     check_for(10, lambda: len(on_b.received) > 0)  # gwB holds the queue's lease
     on_a = AckingConsumer(gw_a.url, "auto", delay_s=0.01)
     on_a.start()
 
-    def view(gateway: GatewayServer) -> dict[str, Any]:
-        status, queue = gateway.admin("GET", "/api/queues/%2F/auto")
-        assert status == 200
-        found: dict[str, Any] = queue["mqgw"]["autoscale"]
-        return found
-
-    check_for(20, lambda: view(gw_b)["open_partitions"] >= 2)
-    assert view(gw_b)["deciding_here"]
+    check_for(20, lambda: autoscale(gw_b)["open_partitions"] >= 2)
+    assert autoscale(gw_b)["deciding_here"]
     gw_b.stop(signal.SIGKILL)
     killed_at = time.monotonic()
-    check_for(30, lambda: view(gw_a)["deciding_here"])
+    check_for(30, lambda: autoscale(gw_a)["deciding_here"])
     print(f"gwA decides {time.monotonic() - killed_at:.1f} s after gwB was killed")
 
     def received() -> set[bytes]:
         return {b for c in (on_a, on_b) for b, _ in c.received}
 
     check_for(60, lambda: len(received()) >= 600)
-    check_for(60, lambda: view(gw_a)["open_partitions"] == 1)
-    decisions = view(gw_a)["decisions"]
+    check_for(60, lambda: autoscale(gw_a)["open_partitions"] == 1)
+    decisions = autoscale(gw_a)["decisions"]
     assert decisions and decisions[-1]["to"] == 1, decisions
     assert all(abs(d["to"] - d["from"]) == 1 and 1 <= d["to"] <= 3 for d in decisions)
     on_a.stop.set()
