@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Self
 
 from gateway.queues.queue_state import QueueState
 from meta.queue_route import COMMAND_EXCHANGE
-from storage import QUEUE_GROUP, PartitionStats, ReadStatus, StoredMessage
+from storage import QUEUE_GROUP, PartitionStats, ReadResult, ReadStatus, StoredMessage
 from storage.errors import StaleFence
 from storage.record import PERSISTENT
 
@@ -106,6 +106,7 @@ class StoreReads(QueueState):
         ends: list[tuple[int, int, int]] = []  # (partition, min, end) as this fill's reads saw
         appends_done = self.appends_done
         more = False
+        answered: list[tuple[int, int, ReadResult]] = []  # (partition, start, answer)
         for p in partitions:
             start, fence = self.cursors[p], self.fences[p]
             try:
@@ -115,6 +116,12 @@ class StoreReads(QueueState):
             except StaleFence as error:
                 self.lose_lease(p, error, fence)
                 continue
+            answered.append((p, start, result))
+        # The cursors move only now, when every read is back and the caller buffers what this
+        # returns before anything else runs. Moved as each answer came, a commit while the
+        # next partition's read was out passed messages not yet buffered (lost at a hand-over
+        # that followed), and a read that failed left the earlier ones skipped.
+        for p, start, result in answered:
             if self.cursors[p] != start:
                 # Moved while the read was out (a delivery-lease take-over, a reset): this
                 # answer is for the old position; taking it would skip what lies between.
