@@ -71,6 +71,26 @@ end
 return answers
 """
 
+# KEYS: claim hashes; ARGV: fresh ms. Answers one entry per key: the gateways with a fresh
+# claim on it, space-separated (nothing written: the claimers tidy their own hashes).
+_CLAIMERS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local answers = {}
+for i, key in ipairs(KEYS) do
+  local fresh = {}
+  local all = redis.call('HGETALL', key)
+  for j = 1, #all, 2 do
+    local stamp = string.match(all[j + 1], '^(%d+) ')
+    if stamp and now - tonumber(stamp) <= tonumber(ARGV[1]) then
+      table.insert(fresh, all[j])
+    end
+  end
+  table.insert(answers, table.concat(fresh, ' '))
+end
+return answers
+"""
+
 
 @dataclass(frozen=True)
 class ViewRequest:
@@ -89,6 +109,7 @@ class ClusterViewStore:
         self._keys = store._keys
         self._read_script = self._conn.client.register_script(_READ_VIEWS)
         self._claim_script = self._conn.client.register_script(_CLAIM)
+        self._claimers_script = self._conn.client.register_script(_CLAIMERS)
 
     # --- views ---
 
@@ -174,6 +195,16 @@ class ClusterViewStore:
         args += ["x" if kinds[q] else "c" for q in queues]
         answers = await self._conn.run(lambda: self._claim_script(keys=keys, args=args))
         return {q: text(a) for q, a in zip(queues, answers, strict=True) if text(a)}
+
+    async def claimers(
+        self, queues: list[tuple[str, str]], fresh_ms: int
+    ) -> dict[tuple[str, str], list[str]]:
+        """The gateways with consumers on each of ``queues`` (a fresh claim), sorted."""
+        if not queues:
+            return {}
+        keys = [self._keys.consumer_claims(v, q) for v, q in queues]
+        answers = await self._conn.run(lambda: self._claimers_script(keys=keys, args=[fresh_ms]))
+        return {q: sorted(text(a).split()) for q, a in zip(queues, answers, strict=True)}
 
     async def release_claims(self, gateway_id: str, queues: list[tuple[str, str]]) -> None:
         """This gateway has no consumer left on ``queues``."""

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from gateway.cluster.delivery_leases import DeliveryLeases
+from gateway.cluster.delivery_spread import place_slots
 from gateway.cluster.hand_over import HandOvers
 from gateway.cluster.long_poll import LongPollReads
 from gateway.cluster.placement import QueuePlacement
@@ -55,7 +56,7 @@ from gateway.cluster.timings import (
     RENEW_EVERY_S,
     RETRY_S,
 )
-from gateway.cluster.views import ClusterViews
+from gateway.cluster.views import CLAIM_FRESH_MS, ClusterViews
 from gateway.controls import Controls
 from gateway.features.log_timer import TIMER_QUEUE_ID
 from meta.change_feed import Change, Reload
@@ -204,6 +205,7 @@ class ClusterLink:
             try:
                 if now >= renew_at:
                     renew_at = now + RENEW_EVERY_S
+                    await self._spread()
                     await self.leases.renew_held()
                 for queue in self.node.all_queues():
                     for partition in range(queue.partitions):
@@ -218,6 +220,16 @@ class ClusterLink:
                 log.warning("cluster: delivery leases not renewed: %s", error)
             self.long_polls.keep()
             await anyio.sleep(POLL_S)
+
+    async def _spread(self) -> None:
+        """Plain queues of several partitions: this gateway's share of their partitions
+        (gateway/cluster/delivery_spread.py); given up or taken by the lease loop."""
+
+        async def claimers(queues: list[tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
+            return await self.views.store.claimers(queues, CLAIM_FRESH_MS)
+
+        for queue in await place_slots(self.node.all_queues(), claimers, self.gateway_id):
+            self.node.scheduler.wake(queue)
 
     async def hold_for_get(self, queue: QueueRuntime) -> bool:
         """basic.get here: take the queue's leases now (``HandOvers.hold_for_get``)."""

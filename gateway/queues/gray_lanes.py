@@ -110,6 +110,18 @@ class GrayLanesRuntime(QueueRuntime):
             return super().may_serve()
         return self._holds(self.gray_parts) or self._holds(self.normal_parts)
 
+    def spreads_delivery(self) -> bool:
+        b = self.behaviour
+        arguments = self.definition.arguments
+        return (
+            not self.gray_parts
+            and type(self.choice) is ConsumerChoice
+            and arguments.get("x-queue-type", "classic") == "classic"
+            and arguments.get("x-consume-mode") != "broadcast"
+            and not b.has_limits
+            and not b.counts_deliveries
+        )
+
     def wants_partition(self, partition: int) -> bool:
         if not self.gray_parts:
             return super().wants_partition(partition)
@@ -325,9 +337,7 @@ class GrayLanesRuntime(QueueRuntime):
             yield partition, message
 
     def held_count(self) -> int:
-        return (
-            len(self.buffer) + len(self.requeued) + len(self.gray_buffer) + len(self.gray_requeued)
-        )
+        return super().held_count() + len(self.gray_buffer) + len(self.gray_requeued)
 
     async def _held_bytes(self) -> int:
         return sum(len(m.body) for _, m in self.held())

@@ -66,24 +66,42 @@ class HeldMessages(QueueState):
         return head
 
     def held_count(self) -> int:
-        """Messages read from the store and not handed out (buffered or requeued)."""
-        return len(self.buffer) + len(self.requeued)
+        """Messages read from the store and not handed out (buffered, requeued, parked)."""
+        return len(self.buffer) + len(self.requeued) + len(self.parked)
 
     def held(self) -> Iterator[tuple[int, StoredMessage]]:
         """Those messages, as (partition, message)."""
         yield from self.buffer
         for _, partition, message in self.requeued:
             yield partition, message
+        yield from self.parked
+
+    def park(self, partition: int, message: StoredMessage) -> None:
+        """Met at the head while ``partition``'s lease is not held here (see ``parked``)."""
+        self.parked.append((partition, message))
+
+    def unpark(self, partition: int) -> None:
+        """The lease was kept after all: its parked messages go back, ahead of newer ones
+        (flagged redelivered: harmless, as AMQP's flag says only "may have been")."""
+        if not self.parked:
+            return
+        for p, message in self.parked:
+            if p == partition:
+                self._return(p, message)
+        self.parked = [item for item in self.parked if item[0] != partition]
 
     def clear_held(self) -> None:
         """Forget what was read and not handed out (purge, reset: positions move)."""
         self.buffer.clear()
         self.requeued.clear()
+        self.parked.clear()
 
     def _holds_of(self, partition: int) -> bool:
         """Messages of ``partition`` read and not handed out."""
-        return any(p == partition for p, _ in self.buffer) or any(
-            p == partition for _, p, _ in self.requeued
+        return (
+            any(p == partition for p, _ in self.buffer)
+            or any(p == partition for _, p, _ in self.requeued)
+            or any(p == partition for p, _ in self.parked)
         )
 
     def _forget_partition(self, partition: int) -> None:
@@ -92,6 +110,7 @@ class HeldMessages(QueueState):
         requeued = [item for item in self.requeued if item[1] != partition]
         heapq.heapify(requeued)
         self.requeued = requeued
+        self.parked = [item for item in self.parked if item[0] != partition]
 
     async def _held_bytes(self) -> int:
         """Body bytes of the ready messages read from the store already."""

@@ -27,6 +27,7 @@ class DeliveryLeases(QueueState):
         # settlement.py, scaled_route.py).
         def held_count(self) -> int: ...
         def _forget_partition(self, partition: int) -> None: ...
+        def unpark(self, partition: int) -> None: ...
         def known(self, parts: Sequence[PartitionStats]) -> Sequence[PartitionStats]: ...
         def committed_offsets(self) -> list[int]: ...
         async def commit(self) -> None: ...
@@ -47,19 +48,44 @@ class DeliveryLeases(QueueState):
 
     def may_serve(self) -> bool:
         """Whether this gateway delivers anything of the queue now (cluster: its leases;
-        a queue with gray partitions: those of one lane are enough)."""
+        a queue with gray partitions: those of one lane are enough; a plain queue spread over
+        the gateways: any one partition's)."""
+        if self.delivery_slot is not None and self.leases is not None:
+            return any(self.leases)
         return self.holds_all_leases()
 
     def wants_partition(self, partition: int) -> bool:
         """Whether a consumer here reads ``partition`` (cluster: worth holding its lease).
-        A scaled queue: the lowest partition not removed first, the others by its holder
-        (one gateway delivers the whole queue: a partition opened by a grow goes to it)."""
-        if self.route is None or partition in self.behind_removed:
+        Spread over the gateways with consumers (``delivery_slot``): every count-th partition
+        not removed. Otherwise a scaled queue's lowest partition not removed first, the others
+        by its holder (one gateway delivers the queue: a partition opened by a grow goes to
+        it); an unscaled one's, all of them."""
+        if partition in self.behind_removed:
             return bool(self.consumers)
         if not self.consumers or self.is_removed(partition):
             return False
-        lead = next((p.partition for p in self.route.partitions if p.state != "removed"), 0)
+        live = self.read_parts
+        slot = self.delivery_slot
+        route = self.route
+        # A partition opening (a grow, read-first) goes to the lead's holder, which opens it
+        # once it holds them all (gateway/vhost/elastic.py); once open, to its slot.
+        opening = (
+            route is not None
+            and partition < len(route.partitions)
+            and route.partitions[partition].state == "opening"
+        )
+        if slot is not None and not opening:
+            return partition in live and live.index(partition) % slot[1] == slot[0]
+        if route is None:
+            return True
+        lead = live[0] if live else 0
         return partition == lead or self.holds_lease(lead)
+
+    def holds_lead(self) -> bool:
+        """Whether this gateway delivers the queue's lowest partition not removed (the one
+        that decides for the queue, as autoscale does, when several deliver it)."""
+        live = self.read_parts
+        return self.leases is None or (bool(live) and self.leases[live[0]])
 
     def holds_lease(self, partition: int) -> bool:
         return self.leases is None or self.leases[partition]
@@ -67,6 +93,8 @@ class DeliveryLeases(QueueState):
     def set_lease(self, partition: int, held: bool) -> None:
         if self.leases is not None:
             self.leases[partition] = held
+            if held:
+                self.unpark(partition)
 
     async def take_over(self, partition: int, handed: HandedNote | None = None) -> None:
         """This gateway now delivers ``partition``: start from the broker's committed offset

@@ -94,6 +94,10 @@ class QueueState:
         self.restart_below = [0] * self.partitions
         self.buffer: deque[tuple[int, StoredMessage]] = deque()
         self.requeued: list[tuple[int, int, StoredMessage]] = []  # (commit offset, partition, m)
+        # Cluster: taken from the head while their partition's lease was being given up (a
+        # queue spread over gateways serves on with its other partitions): not delivered,
+        # still held back from the commit, dropped by the hand-over (or back, if kept).
+        self.parked: list[tuple[int, StoredMessage]] = []
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]
         self.returns: dict[tuple[int, int], int] = {}  # (partition, offset) -> times requeued
         self.exhausted = False  # last fetch found nothing new
@@ -111,6 +115,10 @@ class QueueState:
         self.on_exhausted: Callable[[Self], None] | None = None
         self.last_get = -1e9  # event-loop time of the last basic.get (cluster: lease kept)
         self.getting = 0  # basic.gets under way (cluster: the leases are not handed over)
+        # Cluster, a plain queue of several partitions (``spreads_delivery``): this gateway's
+        # place among the gateways with consumers on it, (index, count); each delivers every
+        # count-th partition. None: not known yet, or the queue is delivered by one gateway.
+        self.delivery_slot: tuple[int, int] | None = None
         # Attached while its broker group was down (cluster): not started, not delivered,
         # until VirtualHost.start_waiting finds the group back.
         self.waiting_for_broker = False

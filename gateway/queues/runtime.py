@@ -131,6 +131,14 @@ class QueueRuntime(
             breaker.refused += 1
         return breaker.tripped
 
+    def spreads_delivery(self) -> bool:
+        """Cluster: whether several gateways may deliver the queue at once, each its own
+        partitions (gateway/cluster/delivery_spread.py). Only a FIFO queue of several
+        partitions without gray lanes (gray_lanes.py), and nothing that orders or counts
+        across its partitions on one gateway: limits, a single active consumer, delivery
+        counts, broadcast."""
+        return False
+
     def _is_plain(self) -> bool:
         """A one-partition classic FIFO queue without limits, TTL or delivery counting: a
         message into it when empty goes to the next consumer, nothing else happens to it."""
@@ -196,6 +204,10 @@ class QueueRuntime(
             if taken is None:
                 return None
             partition, message, redelivered = taken
+            leases = self.leases
+            if leases is not None and not leases[partition]:
+                self.park(partition, message)  # its lease is on its way to another gateway
+                continue
             if self.behaviour.message_ttl_ms is not None or message.flags & EXPIRES:
                 deadline = deadline_ms(message, self.behaviour.message_ttl_ms)
                 now = self.clock.wall_ms() if now_ms is None else now_ms

@@ -91,6 +91,8 @@ class Settlement(QueueState):
             lowest[partition] = min(lowest[partition], message.queue_offset)
         for _, partition, message in self.requeued:
             lowest[partition] = min(lowest[partition], message.queue_offset)
+        for partition, message in self.parked:
+            lowest[partition] = min(lowest[partition], message.queue_offset)
         for partition, offsets in enumerate(self.inflight):
             if offsets:
                 lowest[partition] = min(lowest[partition], *offsets)

@@ -79,7 +79,10 @@ class StoreReads(QueueState):
         # Not caught up while a read is in flight: a remote read yields, and an append
         # absorbed meanwhile (caught_up) would come back in this read too, twice.
         self.exhausted = False
-        read, ends, more = await self._read_partitions(self.read_parts)
+        parts = self.read_parts
+        if self.delivery_slot is not None and self.leases is not None:  # spread: ours only
+            parts = [p for p in parts if self.leases[p]]
+        read, ends, more = await self._read_partitions(parts)
         self.buffer.extend(read if self.route is None else self._without_commands(read))
         self._filled(ends, more)
 

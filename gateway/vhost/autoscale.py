@@ -111,8 +111,8 @@ class Autoscaler:
         }  # fmt: skip
 
     def _decides_here(self, queue: QueueRuntime) -> bool:
-        """The gateway delivering the queue decides (one per cluster)."""
-        return queue.leases is None or queue.may_serve()
+        """The gateway delivering the queue's lowest partition decides (one per cluster)."""
+        return queue.leases is None or queue.holds_lead()
 
     async def pass_once(self) -> bool:
         """One look at every queue with the policy; False if there is none."""
