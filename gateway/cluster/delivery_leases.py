@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from gateway.cluster.timings import DELIVERY_LEASE_MS, GET_HOLD_S
+from gateway.cluster.timings import DELIVERY_LEASE_MS, GET_HOLD_S, SETTLE_S
 from meta.cluster import HandedNote, token_counter
 from meta.errors import MetadataUnavailable
 from meta.redis_store import RedisMetadataStore
@@ -58,6 +58,9 @@ class DeliveryLeases:
         # Per partition, the counter a new token must pass (``_spent``).
         self.floors: dict[tuple[int, int], int] = {}
         self.notes: dict[tuple[int, int], tuple[int, HandedNote | None]] = {}
+        # Held partitions no longer wanted, kept while their deliveries here settle (``settling``):
+        # since when.
+        self.settling_since: dict[tuple[int, int], float] = {}
 
     async def give_up(
         self, queue: QueueRuntime | None, key: tuple[int, int], must_commit: bool
@@ -66,6 +69,8 @@ class DeliveryLeases:
         below which a message may have gone out and is not settled, ``hand_over``). With
         ``must_commit``, a commit that fails keeps the lease (False); otherwise the lease
         goes all the same: the note still covers everything delivered here."""
+        if self.settling_since.pop(key, None) is not None and queue is not None:
+            queue.leaving.discard(key[1])
         token = self.held.pop(key, None)
         if token is None:
             return True
@@ -189,7 +194,51 @@ class DeliveryLeases:
                 continue  # a get's take-over (in its session's task): renewed next time
             queue = self.node.queue_by_id(key[0])
             if queue is not None and self.wanted(queue, key[1], now):
+                self._stay(queue, key)
+                await self.hold_unless_away(queue, key[1])
+                continue
+            if queue is not None and self.settling(queue, key, now):
                 await self.hold_unless_away(queue, key[1])
                 continue
             # No consumer here any more: let another gateway deliver.
+            await self.give_up(queue, key, must_commit=False)
+
+    def settling(self, queue: QueueRuntime, key: tuple[int, int], now: float) -> bool:
+        """Whether a held partition no longer wanted here stays held a while: the queue's
+        split changed (its consumers here remain) and they hold deliveries of it. Nothing
+        more of it is read or delivered here (``queue.leaving``); handed over once those are
+        settled, or after ``SETTLE_S``, its next holder has nothing to deliver again."""
+        partition = key[1]
+        if queue.deleted or not queue.consumers or not queue.inflight[partition]:
+            return False
+        since = self.settling_since.setdefault(key, now)
+        if now - since >= SETTLE_S:
+            return False
+        queue.leaving.add(partition)
+        return True
+
+    def _stay(self, queue: QueueRuntime, key: tuple[int, int]) -> None:
+        """Wanted here again while settling: delivered on, parked messages first."""
+        if self.settling_since.pop(key, None) is None:
+            return
+        queue.leaving.discard(key[1])
+        queue.unpark(key[1])
+        self.node.scheduler.wake(queue)
+
+    async def release_settled(self) -> None:
+        """Give up the settling partitions whose deliveries here are settled (or that have
+        waited ``SETTLE_S``): looked at every poll, so a hand-over follows the last ack."""
+        if not self.settling_since:
+            return
+        now = anyio.current_time()
+        for key in list(self.settling_since):
+            queue = self.node.queue_by_id(key[0])
+            if key in self.taking or key in self.releasing:
+                continue
+            if queue is not None and key in self.held:
+                if self.wanted(queue, key[1], now):
+                    self._stay(queue, key)
+                    continue
+                if self.settling(queue, key, now):
+                    continue
             await self.give_up(queue, key, must_commit=False)

@@ -207,6 +207,7 @@ class ClusterLink:
                     renew_at = now + RENEW_EVERY_S
                     await self._spread()
                     await self.leases.renew_held()
+                await self.leases.release_settled()
                 for queue in self.node.all_queues():
                     for partition in range(queue.partitions):
                         if not self.leases.wanted(queue, partition, now):

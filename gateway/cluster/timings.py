@@ -24,3 +24,6 @@ RELEASE_AT_STOP_S = 2.0  # at a stop, the leases are given up within this (else 
 # At start and after a metadata feed gap, the brokers are asked for the queue ids they hold
 # (so that Redis hands out none of them again) this long at most.
 QUEUE_IDS_WAIT_S = 2.0
+# A spread queue's partition this gateway no longer wants (the split changed) is handed over
+# once its consumers here have settled what they hold of it, or after this long.
+SETTLE_S = 3.0

@@ -103,6 +103,7 @@ class DeliveryLeases(QueueState):
         says, checked against the broker's fence). The read registers the lease's fencing
         token (``fences``, set by the cluster link): the holder replaced can commit no more
         (StaleFence)."""
+        self.leaving.discard(partition)  # a lease taken afresh is not being given up
         # The fence the last holder left (0: nobody ever held it), read before ours goes in.
         before = (await self.store.queue_stats(self.queue_id)).partitions[partition]
         committed = await self.store.committed_offset(
@@ -141,6 +142,7 @@ class DeliveryLeases(QueueState):
         self._forget_partition(partition)
         self.cursors[partition] = committed
         self.set_lease(partition, False)
+        self.leaving.discard(partition)
         return max(self.maybe_delivered[partition], self.delivered_below[partition], committed)
 
     def note_replaced(self, partition: int, fence: int, end: int) -> None:

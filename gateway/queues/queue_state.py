@@ -98,6 +98,10 @@ class QueueState:
         # queue spread over gateways serves on with its other partitions): not delivered,
         # still held back from the commit, dropped by the hand-over (or back, if kept).
         self.parked: list[tuple[int, StoredMessage]] = []
+        # Cluster, spread: partitions still held while this gateway's consumers settle what
+        # they hold of them (the split changed): nothing more of them is read or delivered
+        # here (gateway/cluster/delivery_leases.py, ``settling``).
+        self.leaving: set[int] = set()
         self.inflight: list[set[int]] = [set() for _ in range(self.partitions)]
         self.returns: dict[tuple[int, int], int] = {}  # (partition, offset) -> times requeued
         self.exhausted = False  # last fetch found nothing new

@@ -205,7 +205,9 @@ class QueueRuntime(
                 return None
             partition, message, redelivered = taken
             leases = self.leases
-            if leases is not None and not leases[partition]:
+            if leases is not None and (
+                not leases[partition] or (self.leaving and partition in self.leaving)
+            ):
                 self.park(partition, message)  # its lease is on its way to another gateway
                 continue
             if self.behaviour.message_ttl_ms is not None or message.flags & EXPIRES:

@@ -81,7 +81,7 @@ class StoreReads(QueueState):
         self.exhausted = False
         parts = self.read_parts
         if self.delivery_slot is not None and self.leases is not None:  # spread: ours only
-            parts = [p for p in parts if self.leases[p]]
+            parts = [p for p in parts if self.leases[p] and p not in self.leaving]
         read, ends, more = await self._read_partitions(parts)
         self.buffer.extend(read if self.route is None else self._without_commands(read))
         self._filled(ends, more)

@@ -71,3 +71,33 @@ def test_a_queue_of_four_partitions_is_delivered_by_both_gateways(two_groups: Tw
                 numbers = [int(b.split(b":")[1]) for b, again in consumer.received
                            if b.startswith(prefix) and not again]  # fmt: skip
                 assert numbers == sorted(numbers), f"channel {publisher.tag}{c} out of order"
+
+
+def test_a_gateway_joining_takes_its_share_without_repeats(two_groups: TwoGroups) -> None:
+    """gwA delivers all four partitions to a slow consumer (its prefetch always full); a
+    consumer on gwB joins. gwA stops delivering the two partitions that go to gwB, hands
+    each over once its consumer has acked what it held of it: nothing comes twice, not even
+    flagged (before, gwB delivered again what gwA's consumer held unacked)."""
+    gw_a, gw_b = two_groups.gateways
+    with pika.BlockingConnection(pika.URLParameters(gw_a.url)) as conn:
+        conn.channel().queue_declare("join", durable=True, arguments={"x-mqgw-partitions": 4})
+    first = AckingConsumer(gw_a.url, "join", delay_s=0.002)
+    publishers = ChannelPublishers(gw_a.url, "join", "a", channels=CHANNELS)
+    first.start()
+    publishers.start()
+    check_for(20, lambda: len(first.received) > 300)
+    joining = AckingConsumer(gw_b.url, "join", delay_s=0.002)
+    joining.start()
+    check_for(20, lambda: len(joining.received) > 300)  # gwB delivers its share
+    publishers.stop.set()
+    publishers.join(10)
+    confirmed = set(publishers.confirmed)
+    arrivals = lambda: [item for c in (first, joining) for item in c.received]  # noqa: E731
+    check_for(30, lambda: confirmed <= {b for b, _ in arrivals()})
+    for consumer in (first, joining):
+        consumer.stop.set()
+        consumer.join(10)
+    bodies = [b for b, _ in arrivals()]
+    assert [b for b, n in Counter(bodies).items() if n > 1] == []  # none twice
+    assert [b for b, again in arrivals() if again] == []  # none flagged: none went out before
+    assert set(bodies) == confirmed

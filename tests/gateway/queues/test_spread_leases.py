@@ -65,3 +65,33 @@ def test_a_message_whose_lease_is_going_is_parked_not_delivered_nor_passed(
                 (1, b"m1-0", True), (1, b"m1-1", True), (1, b"m1-2", True)]  # fmt: skip
 
     anyio.run(scenario)
+
+
+def test_a_partition_leaving_is_neither_read_nor_delivered_yet_commits(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with open_embedded_store(_config(tmp_path / "store")) as store:
+            await store.create_queue(1, 2)
+            queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=1, partitions=2), store)
+            queue.start_leasing()
+            queue.delivery_slot = (0, 1)
+            for p in (0, 1):
+                queue.fences[p] = 5
+                await queue.take_over(p)
+            await store.append([Record(b"", b"q", b"", b"m%d-0" % p, ((1, p),)) for p in (0, 1)])
+            await queue.fill()
+            first = [queue.take() for _ in range(2)]
+            assert {t[0] for t in first if t is not None} == {0, 1}  # one of each went out
+            queue.leaving.add(1)  # the split changed: partition 1 settles, then goes
+            await store.append([Record(b"", b"q", b"", b"m%d-1" % p, ((1, p),)) for p in (0, 1)])
+            await queue.fill()
+            assert [(p, bytes(m.body)) for p, m in queue.buffer] == [(0, b"m0-1")]  # 1 unread
+            taken = queue.take()
+            assert taken is not None and bytes(taken[1].body) == b"m0-1"
+            assert queue.committed_offsets()[1] == 0  # m1-0 is still out
+            queue.settle(1, next(t[1] for t in first if t is not None and t[0] == 1))
+            assert queue.committed_offsets()[1] == 1  # settled: the commit moves, the lease
+            assert queue.holds_lease(1)  # is still here to make it
+            assert await queue.hand_over(1) == 1  # the next holder starts at m1-1
+            assert not queue.leaving
+
+    anyio.run(scenario)
