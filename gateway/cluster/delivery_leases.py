@@ -135,6 +135,11 @@ class DeliveryLeases:
         if self.held.get(key) != token or (
             queue.leases is not None and not queue.leases[partition]
         ):
+            if key in self.taking:
+                # Another task (a get's, or the lease loop) took it during the call above and
+                # is taking it over: a second take-over would start again from the committed
+                # offset without the note, and deliver again, flagged, what the first did.
+                return None
             self.held[key] = token
             queue.fences[partition] = token
             kept = self.notes.get(key)
