@@ -198,15 +198,19 @@ class DeliveryLeases:
             if key in self.taking:
                 continue  # a get's take-over (in its session's task): renewed next time
             queue = self.node.queue_by_id(key[0])
-            if queue is not None and self.wanted(queue, key[1], now):
-                self._stay(queue, key)
-                await self.hold_unless_away(queue, key[1])
-                continue
-            if queue is not None and self.settling(queue, key, now):
+            if queue is not None and self._kept(queue, key, now):
                 await self.hold_unless_away(queue, key[1])
                 continue
             # No consumer here any more: let another gateway deliver.
             await self.give_up(queue, key, must_commit=False)
+
+    def _kept(self, queue: QueueRuntime, key: tuple[int, int], now: float) -> bool:
+        """Whether a held partition stays held: wanted here (ending a settling), or
+        settling."""
+        if self.wanted(queue, key[1], now):
+            self._stay(queue, key)
+            return True
+        return self.settling(queue, key, now)
 
     def settling(self, queue: QueueRuntime, key: tuple[int, int], now: float) -> bool:
         """Whether a held partition no longer wanted here stays held a while: the queue's
@@ -240,10 +244,6 @@ class DeliveryLeases:
             queue = self.node.queue_by_id(key[0])
             if key in self.taking or key in self.releasing:
                 continue
-            if queue is not None and key in self.held:
-                if self.wanted(queue, key[1], now):
-                    self._stay(queue, key)
-                    continue
-                if self.settling(queue, key, now):
-                    continue
+            if queue is not None and key in self.held and self._kept(queue, key, now):
+                continue
             await self.give_up(queue, key, must_commit=False)
