@@ -19,6 +19,8 @@ from meta.models import QueueDef
 from storage import EmbeddedStore, ReadResult, Record, StoreError, open_embedded_store
 from tests.gateway.queues.test_push_scheduler import _config
 
+STORED = [b"p0-0", b"p0-1", b"p0-2", b"p1-0", b"p1-1", b"p1-2"]  # partition, then number
+
 
 class SecondReadHeld:
     """Reads of partition 1 wait until released, then answer or raise what they are given."""
@@ -44,11 +46,7 @@ async def _two_partitions(tmp_path: Path, store: EmbeddedStore) -> QueueRuntime:
     await vhost.load()
     queue = await vhost.declare_queue(QueueDef(vhost="/", name="q", partitions=2), False, "c")
     assert queue.partitions == 2
-    records = [
-        Record(b"", b"q", b"", f"p{p}-{i}".encode(), ((queue.queue_id, p),))
-        for p in (0, 1)
-        for i in range(3)
-    ]
+    records = [Record(b"", b"q", b"", body, ((queue.queue_id, int(body[1:2])),)) for body in STORED]
     await store.append(records, wait_durable=True)
     queue.exhausted = queue.fed = False
     return queue
@@ -68,14 +66,7 @@ def test_a_commit_while_the_next_partition_is_read_stays_below_the_first(
                 assert queue.held_count() == 0
                 assert queue.committed_offsets() == [0, 0]
                 reads.release.set()
-            assert sorted(bytes(m.body) for _, m in queue.held()) == [
-                b"p0-0",
-                b"p0-1",
-                b"p0-2",
-                b"p1-0",
-                b"p1-1",
-                b"p1-2",
-            ]
+            assert sorted(bytes(m.body) for _, m in queue.held()) == STORED
             assert queue.committed_offsets() == [0, 0]  # buffered, not delivered
 
     anyio.run(scenario)
@@ -93,13 +84,6 @@ def test_a_fill_whose_second_read_fails_reads_the_first_again(tmp_path: Path) ->
             assert queue.cursors == [0, 0]
             reads.error = None
             await queue.fill()
-            assert sorted(bytes(m.body) for _, m in queue.held()) == [
-                b"p0-0",
-                b"p0-1",
-                b"p0-2",
-                b"p1-0",
-                b"p1-1",
-                b"p1-2",
-            ]
+            assert sorted(bytes(m.body) for _, m in queue.held()) == STORED
 
     anyio.run(scenario)

@@ -13,7 +13,7 @@ import anyio
 
 from gateway.queues.runtime import QueueRuntime
 from meta.models import QueueDef
-from storage import Record, open_embedded_store
+from storage import EmbeddedStore, Record, open_embedded_store
 from tests.gateway.queues.test_push_scheduler import _config
 
 
@@ -38,18 +38,24 @@ def test_a_slot_wants_its_partitions_and_serves_with_any_lease(tmp_path: Path) -
     anyio.run(scenario)
 
 
+async def _holding_both(store: EmbeddedStore) -> QueueRuntime:
+    """A queue of two partitions whose one slot (of one) holds both leases."""
+    await store.create_queue(1, 2)
+    queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=1, partitions=2), store)
+    queue.start_leasing()
+    queue.delivery_slot = (0, 1)
+    for p in (0, 1):
+        queue.fences[p] = 5
+        await queue.take_over(p)
+    return queue
+
+
 def test_a_message_whose_lease_is_going_is_parked_not_delivered_nor_passed(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
         async with open_embedded_store(_config(tmp_path / "store")) as store:
-            await store.create_queue(1, 2)
-            queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=1, partitions=2), store)
-            queue.start_leasing()
-            queue.delivery_slot = (0, 1)
-            for p in (0, 1):
-                queue.fences[p] = 5
-                await queue.take_over(p)
+            queue = await _holding_both(store)
             records = [Record(b"", b"q", b"", b"m%d-%d" % (p, n), ((1, p),))
                        for n in range(3) for p in (0, 1)]  # fmt: skip
             await store.append(records)
@@ -70,13 +76,7 @@ def test_a_message_whose_lease_is_going_is_parked_not_delivered_nor_passed(
 def test_a_partition_leaving_is_neither_read_nor_delivered_yet_commits(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with open_embedded_store(_config(tmp_path / "store")) as store:
-            await store.create_queue(1, 2)
-            queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=1, partitions=2), store)
-            queue.start_leasing()
-            queue.delivery_slot = (0, 1)
-            for p in (0, 1):
-                queue.fences[p] = 5
-                await queue.take_over(p)
+            queue = await _holding_both(store)
             await store.append([Record(b"", b"q", b"", b"m%d-0" % p, ((1, p),)) for p in (0, 1)])
             await queue.fill()
             first = [queue.take() for _ in range(2)]
