@@ -4,6 +4,7 @@ RedisConnection.run, both after the one-time bootstrap of a fresh Redis."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
@@ -62,19 +63,32 @@ class RedisStoreBase:
         """Transactions retried because another writer changed what they read (a metric)."""
         return self._conn.conflicts
 
+    @property
+    def unreplicated_writes(self) -> int:
+        """Changes that stood with no Redis replica, on the sentinels' word that none could
+        be promoted (meta/redis_replicated.py; a metric)."""
+        return 0 if self._conn.replicated is None else self._conn.replicated.unreplicated
+
     async def _transact(self, body: Callable[[TopologyView], Awaitable[T]]) -> T:
         """``body`` reads through the view (watching), decides, queues writes; then EXEC.
-        A WatchError anywhere starts a fresh attempt (a new view) via RedisConnection.run."""
+        A WatchError anywhere starts a fresh attempt (a new view) via RedisConnection.run.
+        With Sentinel, answered only once a failover cannot lose what it read and wrote."""
+
+        replicated = self._conn.replicated
+        written = None if replicated is None else self._keys.written(uuid.uuid4().hex)
 
         async def attempt() -> T:
             await self._bootstrap()
             async with self._conn.client.pipeline(transaction=True) as pipe:
-                view = self._view(Tx(pipe, self._keys, self._feed_max_len))
+                view = self._view(Tx(pipe, self._keys, self._feed_max_len, written))
                 result = await body(view)
                 await view.tx.commit()
                 return result
 
-        return await self._conn.run(attempt)
+        result = await self._conn.run(attempt)
+        if replicated is not None and written is not None:
+            await self._conn.run(lambda: replicated.confirm(written))
+        return result
 
     async def _read(self, operation: Callable[[], Awaitable[T]]) -> T:
         async def attempt() -> T:

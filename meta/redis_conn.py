@@ -28,7 +28,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from meta.errors import MetadataUnavailable
-from meta.redis_url import async_client, describe
+from meta.redis_replicated import NotReplicated, Replicated
+from meta.redis_url import async_client, describe, parse_sentinel_url
 
 log = logging.getLogger("mqgw.meta")
 T = TypeVar("T")
@@ -90,6 +91,14 @@ class RedisConnection:
             retry=Retry(NoBackoff(), 0),
         )
         self.where = describe(url)
+        target = parse_sentinel_url(url)
+        # With Sentinel, metadata changes wait until a failover cannot lose them.
+        self.replicated: Replicated | None = None
+        if target is not None:
+            options: dict[str, object] = {"socket_connect_timeout": min(1.0, unavailable_timeout_s)}
+            if target.sentinel_password is not None:
+                options["password"] = target.sentinel_password
+            self.replicated = Replicated(self.client, target, **options)
         self.conflicts = 0  # WATCH races lost, in total (a contention figure for metrics)
 
     async def run(self, operation: Callable[[], Awaitable[T]]) -> T:
@@ -117,8 +126,10 @@ class RedisConnection:
                     if conflicts > 3:  # desynchronise writers that keep colliding
                         await asyncio.sleep(random.uniform(0, 0.002 * min(conflicts, 20)))
                     continue
-            except UNREACHABLE as error:
-                last_error = error
+            except (*UNREACHABLE, NotReplicated) as error:
+                # The bound cutting a replication wait short says no more than its answer.
+                if not (isinstance(last_error, NotReplicated) and isinstance(error, TimeoutError)):
+                    last_error = error
             except RuntimeError as error:
                 if not closed_transport(error):
                     raise
@@ -133,6 +144,10 @@ class RedisConnection:
                 f"metadata store at {self.where}: the change conflicted with other writers "
                 f"{conflicts} times in {bound}"
             )
+        if isinstance(error, NotReplicated):
+            return MetadataUnavailable(
+                f"metadata store at {self.where}: {error} (waited {bound}); try again"
+            )
         reason = type(error).__name__ if error is not None else "no answer"
         if error is not None and str(error):
             reason += f": {error}"
@@ -143,3 +158,5 @@ class RedisConnection:
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self.replicated is not None:
+            await self.replicated.close()

@@ -48,6 +48,10 @@ class RedisKeys:
         self.move_job = prefix + "move-job"  # string: the cluster's group move job (JSON)
         self.move_job_lease = prefix + "move-job-lease"  # string with a TTL: the gateway running it
 
+    def written(self, token: str) -> str:
+        """string with a TTL: one metadata transaction's mark (meta/redis_replicated.py)"""
+        return self.prefix + "written:" + token
+
     def vhost_part(self, vhost: str) -> str:
         return f"{self.prefix}v:{quote(vhost, safe='')}:"
 

@@ -30,6 +30,7 @@ from meta.change_feed import Change, vhost_added_changes
 from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, VHost
 from meta.redis_conn import text
 from meta.redis_keys import RedisKeys, binding_field
+from meta.redis_replicated import WRITTEN_TTL_MS
 from meta.serialization import dumps, key_of, loads
 from meta.state import Endpoint, MetadataState, VHostState
 
@@ -40,10 +41,16 @@ class Tx:
     """One attempt: watched reads first (each runs at once), then the queued commands and
     change entries in one MULTI/EXEC."""
 
-    def __init__(self, pipe: Pipeline, keys: RedisKeys, feed_max_len: int) -> None:
+    def __init__(
+        self, pipe: Pipeline, keys: RedisKeys, feed_max_len: int, written_key: str | None = None
+    ) -> None:
         self.pipe = pipe
         self.keys = keys
         self._feed_max_len = feed_max_len
+        # With Sentinel: set with every commit, even one that changes nothing, so that the
+        # store can tell once the records read and written can no longer be lost
+        # (meta/redis_replicated.py).
+        self._written_key = written_key
         self._writes: list[Command] = []
         self._changes: list[Change] = []
         self._results: list[Any] | None = None  # EXEC's replies, once committed
@@ -77,12 +84,14 @@ class Tx:
         """EXEC the writes and the change entries together, once; [] if nothing to do."""
         if self._results is not None:
             return self._results
-        if not self._writes and not self._changes:
+        if not self._writes and not self._changes and self._written_key is None:
             self._results = []
             return self._results
         self.pipe.multi()  # type: ignore[no-untyped-call]
         for command in self._writes:
             self.pipe.execute_command(*command)
+        if self._written_key is not None:
+            self.pipe.execute_command("SET", self._written_key, "1", "PX", WRITTEN_TTL_MS)
         trim = ("MAXLEN", "~", self._feed_max_len)  # approximate: trims whole nodes, cheaply
         for item in self._changes:
             fields = [part for pair in item.to_fields().items() for part in pair]

@@ -1,9 +1,9 @@
 """``--meta redis+sentinel://…``: the URL form, and the metadata store following a real
 Sentinel failover (a master, a replica, three sentinels: tests/harness/sentinel.py).
 
-What survives is what had reached the replica: the test waits for the replica (WAIT) before
-it kills the master, as the store's own writes are not waited for (docs/metadata.md says
-what an asynchronous replica can lose)."""
+What survives is what had reached the replica; the store answers a change only once the
+replica has it (tests/meta/test_redis_replicated.py), which the test checks again with its
+own WAIT before it kills the master."""
 
 from __future__ import annotations
 
