@@ -191,6 +191,8 @@ class PriorityQueueRuntime(QueueRuntime):
         result = await self.store.read(self.queue_id, partition, cursor, FETCH_BATCH)
         if result.status is ReadStatus.MOVED:
             repositioning.lost_to_retention(self, result.min_offset - cursor)
+        elif result.status is ReadStatus.OFFSET_OVERFLOW:
+            self.behind_copy(partition, cursor)
         self.cursors[partition] = result.next_offset
         return result.messages, result.next_offset >= result.max_offset
 
@@ -221,6 +223,9 @@ class PriorityQueueRuntime(QueueRuntime):
                 if result.status is ReadStatus.MOVED:
                     repositioning.lost_to_retention(self, result.min_offset - cursor)
                     self.cursors[partition] = result.min_offset
+                elif result.status is ReadStatus.OFFSET_OVERFLOW:
+                    self.behind_copy(partition, cursor)
+                    self.cursors[partition] = result.next_offset
                 batch.extend(result.messages)
                 ended[partition] = result.next_offset >= result.max_offset or not batch
                 reads += 1

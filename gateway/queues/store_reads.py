@@ -134,6 +134,8 @@ class StoreReads(QueueState):
                 self.note_replaced(p, result.replaced_fence, result.replaced_end)
             if result.status is ReadStatus.MOVED:
                 self._lost_to_retention(result.min_offset - self.cursors[p])
+            elif result.status is ReadStatus.OFFSET_OVERFLOW:
+                self.behind_copy(p, start)
             self.cursors[p] = result.next_offset
             ends.append((p, result.min_offset, result.max_offset))
             more = more or result.next_offset < result.max_offset
@@ -146,6 +148,14 @@ class StoreReads(QueueState):
         if len(fetched) <= 1:
             return (fetched[0] if fetched else ()), ends, more
         return heapq.merge(*fetched, key=lambda pm: pm[1].commit_offset), ends, more
+
+    def behind_copy(self, partition: int, cursor: int) -> None:
+        """A read at ``cursor`` found the copy read ending below it: the group failed over
+        to a copy that lacks what this gateway read on the old master (nemesis seed 108).
+        Reading goes on from the copy's end (what lands there next may be new messages,
+        never to be skipped), and what lies below ``cursor`` is flagged redelivered: read
+        there again, it may be what went out from the old master."""
+        self.maybe_delivered[partition] = max(self.maybe_delivered[partition], cursor)
 
     def _filled(self: Self, ends: list[tuple[int, int, int]], more: bool) -> None:
         # Reached the end of every partition: nothing to fetch until a publish wakes us

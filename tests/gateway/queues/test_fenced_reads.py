@@ -137,3 +137,51 @@ def test_a_copy_that_had_our_fence_already_flags_nothing(tmp_path: Path) -> None
             assert flags == [(b"m%d" % n, False) for n in range(5)]
 
     anyio.run(scenario)
+
+
+def test_a_copy_that_ends_below_what_was_read_flags_what_is_read_again(tmp_path: Path) -> None:
+    """Nemesis seed 108: the group failed over to a lagging copy (b), which lacks what the
+    gateway had read and delivered on the old master (a), then to one that has it (c). The
+    cursor goes back to b's end, so that what b takes next is not skipped; what is read
+    again below where the gateway was is flagged redelivered (it went out before), and a
+    new message there is delivered too, if flagged."""
+
+    async def scenario() -> None:
+        async with (
+            open_embedded_store(_config(tmp_path / "a")) as a,
+            open_embedded_store(_config(tmp_path / "b")) as b,
+        ):
+            records = [Record(b"", b"q", b"", b"m%d" % n, ((1, 0),)) for n in range(6)]
+            for copy, count in ((a, 6), (b, 2)):
+                await copy.create_queue(1, 1)
+                await copy.append(records[:count])
+            store = _Following(a)
+            queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=1), cast(Any, store))
+            queue.start_leasing()
+            queue.fences[0] = 200
+            await queue.take_over(0)
+            await queue.fill()
+            first = [queue.take() for _ in range(6)]
+            assert [(bytes(t[1].body), t[2]) for t in first if t is not None] == [
+                (b"m%d" % n, False) for n in range(6)
+            ]
+            store.current = b  # ends at 2: the read past its end finds nothing
+            queue.exhausted = False
+            await queue.fill()
+            assert queue.take() is None
+            assert queue.cursors[0] == 2
+            # b goes on as master: what it takes next is delivered, not skipped.
+            await b.append([Record(b"", b"q", b"", b"n2", ((1, 0),))])
+            queue.exhausted = False
+            await queue.fill()
+            taken = queue.take()
+            assert taken is not None and (bytes(taken[1].body), taken[2]) == (b"n2", True)
+            store.current = a  # or the old master's copy again: m3.. went out before
+            queue.exhausted = False
+            await queue.fill()
+            again = [queue.take() for _ in range(3)]
+            assert [(bytes(t[1].body), t[2]) for t in again if t is not None] == [
+                (b"m3", True), (b"m4", True), (b"m5", True)
+            ]  # fmt: skip
+
+    anyio.run(scenario)
