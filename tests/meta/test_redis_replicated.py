@@ -14,6 +14,7 @@ import redis
 
 from bench.processes import check_for
 from meta.errors import MetadataUnavailable
+from meta.redis_conn import RedisConnection
 from meta.redis_replicated import no_replica_can_be_promoted
 from meta.redis_store import RedisMetadataStore
 from tests.harness.sentinel import Sentinels, sentinels
@@ -70,6 +71,19 @@ def test_a_declaration_is_answered_once_the_replica_has_it(tmp_path: Path) -> No
             assert replica.exists("r:v:%2F:q:q") == 1, replica.keys("r:v:*")
         finally:
             replica.close()
+
+        async def lost() -> None:
+            """A change whose mark the master does not have (a failover lost it, or the
+            connection reached a promoted replica without it) is never answered as made."""
+            connection = RedisConnection(deployment.url, unavailable_timeout_s=2)
+            try:
+                assert connection.replicated is not None
+                with pytest.raises(MetadataUnavailable, match="lost the change"):
+                    await connection.replicated.confirm("r:written:never-made")
+            finally:
+                await connection.close()
+
+        anyio.run(lost, backend="asyncio")
 
 
 def test_a_replica_cut_off_from_its_master_holds_declarations_back(tmp_path: Path) -> None:
