@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from localcluster.nemesis.cluster import (
     RESTARTABLE,
     NemesisCluster,
 )
+from localcluster.nemesis.deciding import longest_within, read_stretches
 from localcluster.nemesis.hosts import hosts
 from localcluster.nemesis.masters import overlaps, problems, read_terms, read_windows
 from localcluster.nemesis.plan import LOSSY_KBIT, Fault, plan
@@ -142,6 +143,7 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
                   **plan_options)  # fmt: skip
     report = Report(seed, minutes)
     kills: dict[str, list[datetime]] = {}  # host -> when its processes were killed
+    windows: list[tuple[datetime, float]] = []  # per fault: when it began, seconds looked at
     log.info("nemesis seed %d: %d faults over %g min in %s", seed, len(faults), minutes, root)
     with hosts(HOSTS) as net:
         cluster = NemesisCluster(net, root)
@@ -153,6 +155,7 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
             began = time.monotonic()
             for number, fault in enumerate(faults, 1):
                 _sleep_until(began + fault.at_s)
+                windows.append((datetime.now(), fault.lasts_s + SETTLE_S / 2))
                 heal = apply(cluster, fault)
                 if fault.kind == "kill":  # (after it: a stretch ends no later than this)
                     kills.setdefault(fault.hosts[0][0], []).append(datetime.now())
@@ -187,6 +190,10 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
             report.crashed = cluster.crashed()
         finally:
             cluster.stop()
+    blind = read_stretches(root / "logs", datetime.now())
+    for index, (fault_at, seconds) in enumerate(windows[: len(report.faults)]):
+        longest = longest_within(blind, fault_at, fault_at + timedelta(seconds=seconds))
+        report.faults[index] += f"; no controller deciding {longest:.2f}s"
     every = read_terms(root / "logs")
     report.masters = [f"{t.broker}@{t.epoch}" for t in every]
     confirming = read_windows(root / "logs", kills)

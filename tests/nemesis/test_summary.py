@@ -9,7 +9,7 @@ REPORT = """2026-11-27 23:36:07,297 nemesis seed 2: 6 faults over 2 min in /tmp/
 nemesis seed 2, 2 min, 3 faults
   t=   9.69s lossy   r2 (18% lost, 1000 kbit/s) for 4.91s; longest confirm gap 0.04s
   t=  18.78s lossy   ctl2 (14% lost, 1000 kbit/s) for 14.72s; longest confirm gap 0.16s
-  t=  37.98s isolate s3 for 13.30s; longest confirm gap 0.07s
+  t=  37.98s isolate s3 for 13.30s; longest confirm gap 0.07s; no controller deciding 4.20s
 published 18326 (confirmed 18323), delivered 18324 (0 again): clean
 """
 
@@ -18,14 +18,15 @@ def test_reports_add_up_per_fault_kind() -> None:
     first = parse(REPORT)
     assert first is not None and first.clean and first.seed == 2
     assert first.stalls == {"lossy": [0.04, 0.16], "isolate": [0.07]}
+    assert first.blind == {"isolate": [4.2]}  # older reports: no figure
     failed = parse(
         REPORT.replace("seed 2,", "seed 5,").replace(": clean", ": FAILED").replace("0.07", "3.5")
     )
     assert failed is not None and not failed.clean
     text = table([first, failed])
     assert text.splitlines()[0] == "2 runs, 4 minutes of faults: 1 clean, FAILED: seeds 5"
-    assert "| isolate | 2 | 0.07 s | 3.50 s | 3.50 s |" in text
-    assert "| lossy | 4 | 0.04 s | 0.16 s | 0.16 s |" in text
+    assert "| isolate | 2 | 0.07 s | 3.50 s | 3.50 s | 4.20 s | 4.20 s |" in text
+    assert "| lossy | 4 | 0.04 s | 0.16 s | 0.16 s | — | — |" in text
     assert parse("a run killed before its report") is None
 
 
