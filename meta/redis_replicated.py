@@ -27,6 +27,7 @@ fencing (epochs, tokens) and are rewritten within a second.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ from meta.redis_url import SentinelTarget
 
 WRITTEN_TTL_MS = 60_000  # far above RedisConnection.run's bound on confirming
 WAIT_MS = 250  # per attempt; RedisConnection.run repeats attempts within its bound
+ALONE_S = 1.0  # how long the sentinels' "no replica could be promoted" is taken as still true
 SENTINEL_TIMEOUT_S = 0.5
 _DOWN_FLAGS = frozenset({"s_down", "o_down", "disconnected"})
 
@@ -79,13 +81,17 @@ class Replicated:
             for host, port in target.sentinels
         ]
         self.unreplicated = 0  # writes that stood on the sentinels' word alone (a metric)
+        self._alone_until = 0.0
 
     async def confirm(self, written_key: str) -> None:
         """Returns once the transaction that wrote ``written_key`` cannot be lost to a
         failover; NotReplicated while it could; MetadataUnavailable once it was."""
+        # While the sentinels last said no replica could be promoted (it is dead), waiting
+        # for one would only add WAIT_MS to every change: count the acks there are, at once.
+        alone = time.monotonic() < self._alone_until
         async with self.master.pipeline(transaction=False) as pipe:
             pipe.pexpire(written_key, WRITTEN_TTL_MS)
-            pipe.execute_command("WAIT", 1, WAIT_MS)
+            pipe.execute_command("WAIT", *((0, 0) if alone else (1, WAIT_MS)))
             pipe.info("server")
             present, replicas, server = await pipe.execute()
         if not present:
@@ -96,6 +102,7 @@ class Replicated:
             return
         if await self._sentinels_hold_it_safe(str(server.get("run_id", ""))):
             self.unreplicated += 1
+            self._alone_until = time.monotonic() + ALONE_S
             return
         raise NotReplicated(
             "a metadata change reached no Redis replica, and the sentinels do not rule out a "

@@ -121,3 +121,16 @@ def test_with_the_replica_dead_declarations_go_on_once_the_sentinels_see_it_down
         took = time.monotonic() - started
         # The sentinels call it down after DOWN_AFTER_MS (1 s) without an answer.
         assert took < 6, f"took {took:.1f} s"
+
+        async def two_more() -> float:
+            store = RedisMetadataStore(deployment.url, prefix="r:", unavailable_timeout_s=8)
+            try:
+                await store.declare_queue(qdef("first"))
+                started = time.monotonic()
+                await store.declare_queue(qdef("second"))  # no WAIT for a dead replica
+                return time.monotonic() - started
+            finally:
+                await store.close()
+
+        second = anyio.run(two_more, backend="asyncio")
+        assert second < 0.2, f"a change with the replica known dead took {second:.2f} s"
