@@ -104,14 +104,21 @@ class DeliveryLeases(QueueState):
         token (``fences``, set by the cluster link): the holder replaced can commit no more
         (StaleFence)."""
         self.leaving.discard(partition)  # a lease taken afresh is not being given up
+        fence = self.fences[partition]
         # The fence the last holder left (0: nobody ever held it), read before ours goes in.
         before = (await self.store.queue_stats(self.queue_id)).partitions[partition]
-        committed = await self.store.committed_offset(
-            QUEUE_GROUP, self.queue_id, partition, self.fences[partition]
-        )
+        committed = await self.store.committed_offset(QUEUE_GROUP, self.queue_id, partition, fence)
         # From here on the replaced holder's reads are refused: it can have read nothing past
         # the end these stats give, so that is how far "may have gone out" reaches.
         stats = await self.store.queue_stats(self.queue_id)
+        if self.fences[partition] != fence:
+            # A read with this token was refused while the take-over ran (``lose_lease``):
+            # a higher one holds the partition. Going on would deliver it unfenced beside
+            # that holder (nemesis seed 120).
+            raise StaleFence(
+                f"fencing token {fence} of queue {self.queue_id}/{partition} was refused "
+                "during its take-over"
+            )
         # Dropped after the reads (which yield): the partition is read again from committed.
         self._forget_partition(partition)
         part = stats.partitions[partition]

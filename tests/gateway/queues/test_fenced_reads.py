@@ -185,3 +185,41 @@ def test_a_copy_that_ends_below_what_was_read_flags_what_is_read_again(tmp_path:
             ]  # fmt: skip
 
     anyio.run(scenario)
+
+
+class _RefusedDuringTakeOver(_Following):
+    """The first stats read of a take-over: meanwhile a read with the same token comes back
+    refused (another task's: a fill or a long poll), as ``lose_lease`` records it."""
+
+    def __init__(self, current: EmbeddedStore, queue: list[QueueRuntime]) -> None:
+        super().__init__(current)
+        self.queue = queue
+
+    async def queue_stats(self, queue_id: int, group: str = QUEUE_GROUP) -> Any:
+        if self.queue:
+            refused = StaleFence("fencing token 200 is stale: token 300 holds it now")
+            self.queue.pop().lose_lease(0, refused, 200)
+        return await self.current.queue_stats(queue_id, group)
+
+
+def test_a_take_over_whose_token_is_refused_meanwhile_fails(tmp_path: Path) -> None:
+    """Nemesis seed 120: a read with the token being taken over came back refused while the
+    take-over ran; the take-over went on with no token (its fenced call then carried 0,
+    which a broker does not check) and delivered the partition unfenced beside its holder:
+    one message went out from both gateways, unflagged. The take-over fails instead."""
+
+    async def scenario() -> None:
+        async with open_embedded_store(_config(tmp_path / "store")) as store:
+            await store.create_queue(1, 1)
+            await store.committed_offset(QUEUE_GROUP, 1, 0, fence=300)  # the other holder
+            pending: list[QueueRuntime] = []
+            wrapped = _RefusedDuringTakeOver(store, pending)
+            queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=1), cast(Any, wrapped))
+            queue.start_leasing()
+            queue.fences[0] = 200
+            pending.append(queue)
+            with pytest.raises(StaleFence):
+                await queue.take_over(0)
+            assert not queue.may_serve()
+
+    anyio.run(scenario)
