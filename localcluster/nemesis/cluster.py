@@ -40,6 +40,7 @@ ADMIN_PORT = 15672
 DOWN_AFTER_MS = 2000  # a sentinel's patience: a pause past it is a failover
 FAILOVER_TIMEOUT_MS = 6000
 START_TIMEOUT_S = 60.0
+START_FAILURE = "cannot start:"  # the one line a foreseeable start failure ends with
 
 
 @dataclass
@@ -63,6 +64,7 @@ class NemesisCluster:
         self.processes: list[Process] = []
         self.down: set[str] = set()  # hosts killed and not restarted
         self.paused: set[str] = set()
+        self.start_failures = 0  # processes started again after giving up at start
         self._define()
 
     # -- what runs where ----------------------------------------------------------------------
@@ -205,6 +207,22 @@ class NemesisCluster:
         for host in sorted(self.down):
             self.restart(host)
 
+    def restart_failed_starts(self) -> int:
+        """Start again, as a supervisor would (systemd's Restart=on-failure), every process
+        that gave up starting with the product's one clear line (``cannot start: ...``, exit
+        status 1: a gateway restarted while its broker group had no master for longer than
+        its start waits). Any other exit stays a crash. Returns how many were started."""
+        started = 0
+        for process in self.processes:
+            if process.proc is None or process.proc.poll() != 1 or process.host in self.down:
+                continue
+            tail = self.log_tail(process.host, process.role, 600).strip().splitlines()
+            if tail and START_FAILURE in tail[-1]:
+                self._start(process)
+                self.start_failures += 1
+                started += 1
+        return started
+
     def crashed(self) -> list[str]:
         """Processes that exited though nobody killed them (every killed host was restarted
         by the heal): each one is a bug, with the tail of its log."""
@@ -251,6 +269,7 @@ class NemesisCluster:
         while not self.healthy(gateway):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{gateway} did not become healthy in {timeout_s:g} s")
+            self.restart_failed_starts()
             self._exited_early(gateway)
             time.sleep(0.2)
 

@@ -49,6 +49,7 @@ class Report:
     client_errors: int = 0
     stalls: dict[str, list[float]] = field(default_factory=dict)  # fault kind -> longest gaps
     crashed: list[str] = field(default_factory=list)  # processes that exited by themselves
+    start_failures: int = 0  # processes that gave up starting (one line) and were restarted
     masters: list[str] = field(default_factory=list)  # the group's terms, from broker logs
     master_problems: list[str] = field(default_factory=list)
     confirm_windows: int = 0  # stretches of confirms found in the brokers' logs
@@ -71,6 +72,9 @@ class Report:
         if self.verdict is not None:
             lines.append(self.verdict.describe())
         lines.append(f"client errors (reconnects): {self.client_errors}")
+        if self.start_failures:
+            lines.append(f"processes that gave up starting and were started again: "
+                         f"{self.start_failures}")  # fmt: skip
         lines.append(f"master terms: {', '.join(self.masters) or 'none'}; "
                      f"{self.confirm_windows} stretches of confirms")  # fmt: skip
         lines += [f"  CRASHED: {line}" for line in self.crashed]
@@ -155,6 +159,7 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
             began = time.monotonic()
             for number, fault in enumerate(faults, 1):
                 _sleep_until(began + fault.at_s)
+                cluster.restart_failed_starts()
                 windows.append((datetime.now(), fault.lasts_s + SETTLE_S / 2))
                 heal = apply(cluster, fault)
                 if fault.kind == "kill":  # (after it: a stretch ends no later than this)
@@ -188,6 +193,7 @@ def run(seed: int, minutes: float, root: Path, **plan_options: Any) -> Report:
             report.verdict = check(history.published, history.delivered, one_partition=QUEUES)
             _keep_history(root / "history.json", history)
             report.crashed = cluster.crashed()
+            report.start_failures = cluster.start_failures
         finally:
             cluster.stop()
     blind = read_stretches(root / "logs", datetime.now())
