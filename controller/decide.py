@@ -238,14 +238,31 @@ def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action
     record = view.record
     reports = [b.report for b in view.brokers.values() if b.broker_id in live and b.report]
     refusing = [r for r in reports if r.role == "diverged" and r.epoch >= record.epoch]
-    if not refusing:
+    # Brokers past the record's epoch: Redis lost an election (a failover to a replica
+    # without it); they will never follow the record's master at its older epoch, so with
+    # too few followers nothing is confirmed until an election passes theirs (nemesis seed
+    # 122: 159 s without a confirm, for good had that master not been killed).
+    # (A master gone silent is replaced by the failover, above every epoch reported.)
+    ahead = [
+        r
+        for r in reports
+        if r.epoch > record.epoch and r.broker_id != record.master and record.master in live
+    ]
+    if not refusing and not ahead:
         return None
-    confirmed = max(r.confirmed for r in refusing)
+    confirmed = max(r.confirmed for r in (refusing or reports))
     holders = {r.broker_id for r in reports if r.confirmed >= confirmed} - {record.master}
     best = _best(view, holders)
-    if best is None:  # (the refusing broker itself always qualifies; kept for the types)
-        return None
-    refusers = ", ".join(sorted(r.broker_id for r in refusing))
+    if best is None:  # the record's master alone holds the most: a rescue would lose some
+        if refusing:  # (the refusing broker itself always qualifies; kept for the types)
+            return None
+        behind = ", ".join(sorted(r.broker_id for r in ahead))
+        return Stuck(
+            record.group,
+            f"the record is at epoch {record.epoch}, behind {behind}; its master "
+            f"{record.master} alone holds entries confirmed up to {confirmed}",
+        )
+    refusers = ", ".join(sorted(r.broker_id for r in refusing or ahead))
     master = view.brokers.get(record.master)
     report = master.report if master is not None else None
     silence = state.now_ms - (report.at_ms if report is not None else 0)
@@ -261,13 +278,16 @@ def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action
             return Stuck(record.group, f"rescue: waiting for {record.master} to stop")
         return StopConfirming(record.group, record.epoch, record.version, best.broker_id,
                               "rescue", rescue=True)  # fmt: skip
-    return _elect_alone(
-        view,
-        best.broker_id,
+    why = (
         f"master {record.master} lacks entries confirmed up to {confirmed} "
-        f"({refusers} will not follow it)",
-        unclean=best.broker_id not in record.in_sync,  # the stored set is the stale part
+        f"({refusers} will not follow it)"
+        if refusing
+        else f"the record went back to epoch {record.epoch}, behind {refusers} "
+        f"(Redis lost an election)"
     )
+    return _elect_alone(
+        view, best.broker_id, why, unclean=best.broker_id not in record.in_sync
+    )  # (unclean: the stored in-sync set is the stale part)
 
 
 def _elect_alone(view: GroupView, master: str, reason: str, unclean: bool = False) -> Elect:

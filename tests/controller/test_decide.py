@@ -290,6 +290,36 @@ CASES = [
         [elect("b", "master a lacks entries confirmed up to 80 (b will not follow it)",
                unclean=True)],
     ),
+    # Found by the nemesis run (seed 122): Redis lost the election of b at epoch 4 (a
+    # failover to a replica without it); the record named a at epoch 3 again. b and c,
+    # past epoch 3, would never follow a, so with too few followers a confirmed nothing
+    # for as long as it lived. An election now passes their epoch.
+    Case(
+        "brokers past the record's epoch and a live master: it is told to stop first",
+        rec(in_sync=S("a")),
+        [rep("a", role="master", end=50, confirmed=40),
+         rep("b", role="master", epoch=4, log_epoch=4, end=90, confirmed=80),
+         rep("c", epoch=4, log_epoch=4, end=90, confirmed=80)],
+        [Demote("g", "b", 4, 3), StopConfirming("g", 3, 7, "b", "rescue", rescue=True)],
+    ),
+    Case(
+        "brokers past the record's epoch, the master stopped: the holder is elected above",
+        rec(in_sync=S("a"), fence="b", fence_version=7),
+        [rep("a", role="master", end=50, confirmed=40, fenced_version=7),
+         rep("b", role="master", epoch=4, log_epoch=4, end=90, confirmed=80),
+         rep("c", epoch=4, log_epoch=4, end=90, confirmed=80)],
+        [Demote("g", "b", 4, 3),
+         elect("b", "the record went back to epoch 3, behind b, c (Redis lost an election)",
+               epoch=5, unclean=True)],
+    ),
+    Case(
+        "brokers past the record's epoch, the master alone holds the most: stuck, said",
+        rec(in_sync=S("a")),
+        [rep("a", role="master", end=90, confirmed=80),
+         rep("b", epoch=4, log_epoch=4, end=60, confirmed=40)],
+        [Stuck("g", "the record is at epoch 3, behind b; its master a alone holds entries "
+                    "confirmed up to 80")],
+    ),
     Case(
         "a refusal from before the record's epoch: nothing",
         rec(),
