@@ -169,6 +169,9 @@ class ReplicaRole:
         if self.settings.mode is ReplicationMode.SYNC:
             required = self.in_sync.required()
             if 1 + len(required) < self.min_in_sync:
+                # Confirming nothing until replicas join: the stretch ends at its last confirm
+                # (left open, a checker took a master stalled so as still confirming).
+                self.windows.closed("too few in sync")
                 return
             for replica in required:
                 offset = min(offset, self.acks.get(replica, 0))

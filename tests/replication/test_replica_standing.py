@@ -102,3 +102,30 @@ async def test_a_replica_under_a_promise_waits_before_it_leads(tmp_path: Path) -
         now[0] += TIMING.master_timeout_ms + TIMING.safety_margin_ms
         member._on_answer(GroupRecord("g1", epoch=5, version=15, master="0"), 7, now[0])
         assert member.following == ("0", 5)
+
+
+async def test_a_stretch_of_confirms_ends_when_too_few_are_in_sync(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nemesis seed 122: a master whose in-sync set shrank below --min-in-sync confirmed
+    nothing more, but its stretch of confirms was never closed in its log; the checker took
+    it as confirming for minutes, beside the next master. The stretch ends then, with the
+    time of its last confirm."""
+    now = [10_000]
+    caplog.set_level("INFO", "mqgw.storage.replication")
+    async with replicated_store(tmp_path, "0", _settings("0")) as store:
+        store.now_ms = lambda: now[0]
+        store.become_master(RECORD)
+        answer = await store.serve_fetch(_fetch(0, None))
+        await store.serve_fetch(_fetch(0, answer.head["sent_ms"]))  # promised: standing
+        await store.inner.create_queue(1, 1)
+        result = await store.inner.append([Record(b"", b"q", b"", b"m", ((1, 0),))])
+        await store.serve_fetch(_fetch(result.end_offset, 10_000))
+        store.confirm()
+        assert store.confirmed == result.end_offset
+        store.follow_standing(replace(RECORD, in_sync=frozenset("0")), 2, now[0])
+        store.confirm()
+        lines = [r.getMessage() for r in caplog.records if "as master at epoch" in r.getMessage()]
+        assert lines[0] == f"broker 0 confirms as master at epoch 1 from offset {result.end_offset}"
+        assert lines[-1].startswith("broker 0 confirmed as master at epoch 1 until ")
+        assert lines[-1].endswith("(too few in sync)")
