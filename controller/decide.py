@@ -321,6 +321,22 @@ def _failover(state: ControllerState, view: GroupView, live: set[str]) -> Action
     pool = set(view.brokers) if config.unclean_election else set(record.in_sync)
     # A resigned master may be elected again, at a new epoch (it may be the only one).
     best = _best(view, pool & live if resigned else (pool & live) - {record.master})
+    ahead = {
+        b for b in live - {record.master}
+        if (r := view.brokers[b].report) is not None and r.epoch > record.epoch
+    }  # fmt: skip
+    if best is None and ahead:
+        # The stored in-sync set is stale: Redis lost the election of a newer term, whose
+        # brokers hold what it confirmed (nemesis seed 123: stuck for good).
+        chosen = _best(view, ahead)
+        assert chosen is not None
+        return _elect_alone(
+            view,
+            chosen.broker_id,
+            f"master {record.master} silent for {silence} ms; the record went back to epoch "
+            f"{record.epoch}, behind {', '.join(sorted(ahead))} (Redis lost an election)",
+            unclean=True,
+        )
     if best is None:
         return Stuck(
             record.group,

@@ -321,6 +321,16 @@ CASES = [
                     "confirmed up to 80")],
     ),
     Case(
+        "brokers past the record's epoch, its master silent, no in-sync replica: elect above",
+        rec(in_sync=S("a")),
+        [rep("a", NOW - 3000, role="master", end=50, confirmed=40),
+         rep("b", role="master", epoch=4, log_epoch=4, end=90, confirmed=80),
+         rep("c", epoch=4, log_epoch=4, end=80, confirmed=80)],
+        [Demote("g", "b", 4, 3),
+         elect("b", "master a silent for 3000 ms; the record went back to epoch 3, behind b, c "
+                    "(Redis lost an election)", epoch=5, unclean=True)],
+    ),
+    Case(
         "a refusal from before the record's epoch: nothing",
         rec(),
         [MASTER_A, rep("b", role="diverged", epoch=2, confirmed=80)],
