@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from meta.groups.contract import ANYONE, Promise, common_point, stale
 from meta.groups.link import GroupLink
 from meta.groups.records import SEQ_BOOT_SHIFT, GroupRecord, ReplicaReport
+from meta.redis_conn import closed_transport as closed
 from storage.clients.remote import RemoteStore
 from storage.errors import StoreError
 from storage.log.state_files import QueueInfo
@@ -204,11 +205,21 @@ class ReplicationMember:
             # Redis errors too: the master's address is looked up there, and Redis may be cut
             # off just then (the nemesis run: two slaves exited on an uncaught timeout).
             except* (StoreError, OSError, KeyError, ValueError, RedisError) as errors:
-                log.warning(
-                    "broker %s: replication from %s stopped: %s; retrying",
-                    self.store.me, following[0], _first_leaf(errors),
-                )  # fmt: skip
-                await anyio.sleep(0.2)
+                await self._retry_follow(following[0], errors)
+            except* RuntimeError as errors:
+                # uvloop's answer to a Redis connection that died under a call (nemesis seed
+                # 115: the broker exited on it); anything else is a bug and goes up.
+                _, other = errors.split(lambda e: isinstance(e, RuntimeError) and closed(e))
+                if other is not None:
+                    raise other from None
+                await self._retry_follow(following[0], errors)
+
+    async def _retry_follow(self, master: str, errors: BaseException) -> None:
+        log.warning(
+            "broker %s: replication from %s stopped: %s; retrying",
+            self.store.me, master, _first_leaf(errors),
+        )  # fmt: skip
+        await anyio.sleep(0.2)
 
     async def _stop_on_change(self, scope: anyio.CancelScope) -> None:
         await self._follow_changed.wait()
