@@ -18,6 +18,8 @@ FAULT = re.compile(
     r"^\s+t=\s*[\d.]+s (\w+)\s+.*; longest confirm gap ([\d.]+)s"
     r"(?:; no controller deciding ([\d.]+)s)?$"
 )
+# A history that checks clean fails the run all the same with one of these (run.py).
+FAILS = ("  CRASHED: ", "  MASTERS: ", "the queues did not drain")
 HEAD = re.compile(r"^nemesis seed (-?\d+), ([\d.]+) min, (\d+) faults$")
 
 
@@ -33,6 +35,7 @@ class Run:
 def parse(text: str) -> Run | None:
     """One run's report (None: the text holds none, e.g. a run that did not finish)."""
     run: Run | None = None
+    failed = False
     for line in text.splitlines():
         if (head := HEAD.match(line)) is not None:
             run = Run(int(head[1]), float(head[2]), clean=False)
@@ -42,6 +45,10 @@ def parse(text: str) -> Run | None:
                 run.blind.setdefault(fault[1], []).append(float(fault[3]))
         elif run is not None and line.startswith("published ") and line.endswith(": clean"):
             run.clean = True
+        elif run is not None and any(mark in line for mark in FAILS):
+            failed = True
+    if run is not None and failed:
+        run.clean = False
     return run
 
 

@@ -28,6 +28,11 @@ def test_reports_add_up_per_fault_kind() -> None:
     assert "| isolate | 2 | 0.07 s | 3.50 s | 3.50 s | 4.20 s | 4.20 s |" in text
     assert "| lossy | 4 | 0.04 s | 0.16 s | 0.16 s | — | — |" in text
     assert parse("a run killed before its report") is None
+    # A clean history does not make a clean run (nemesis seeds 115, 122, 123).
+    for mark in ("  CRASHED: b0 broker exited 1: x", "  MASTERS: 0 and 1 confirmed at one time",
+                 "  the queues did not drain after the heal"):  # fmt: skip
+        also = parse(REPORT.replace("published ", mark + "\npublished "))
+        assert also is not None and not also.clean, mark
 
 
 def test_nearest_rank_percentiles() -> None:
