@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-_TIME = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
-BLIND = re.compile(_TIME + r".*controller (\S+): Redis unreachable")
-SEES = re.compile(_TIME + r".*controller (\S+)(?:: Redis answers again| started )")
-STAMP = "%Y-%m-%d %H:%M:%S,%f"
+from localcluster.nemesis.masters import LOG_TIME, STAMP
+
+BLIND = re.compile(LOG_TIME + r".*controller (\S+): Redis unreachable")
+SEES = re.compile(LOG_TIME + r".*controller (\S+)(?:: Redis answers again| started )")
 Stretch = tuple[datetime, datetime]
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-_TIME = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
-BEGINS = re.compile(_TIME + r".*broker (\S+) is master at epoch (\d+) from offset (\d+)")
-OPENS = re.compile(_TIME + r".*broker (\S+) confirms as master at epoch (\d+) from offset")
+LOG_TIME = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "  # a log line's time, group 1
+BEGINS = re.compile(LOG_TIME + r".*broker (\S+) is master at epoch (\d+) from offset (\d+)")
+OPENS = re.compile(LOG_TIME + r".*broker (\S+) confirms as master at epoch (\d+) from offset")
 CLOSES = re.compile(
     r".*broker (\S+) confirmed as master at epoch (\d+) until "
     r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
