@@ -243,11 +243,7 @@ def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action
     # too few followers nothing is confirmed until an election passes theirs (nemesis seed
     # 122: 159 s without a confirm, for good had that master not been killed).
     # (A master gone silent is replaced by the failover, above every epoch reported.)
-    ahead = [
-        r
-        for r in reports
-        if r.epoch > record.epoch and r.broker_id != record.master and record.master in live
-    ]
+    ahead = _past_record(view, live) if record.master in live else []
     if not refusing and not ahead:
         return None
     confirmed = max(r.confirmed for r in (refusing or reports))
@@ -290,6 +286,20 @@ def _diverged(state: ControllerState, view: GroupView, live: set[str]) -> Action
     )  # (unclean: the stored in-sync set is the stale part)
 
 
+def _past_record(view: GroupView, live: set[str]) -> list[ReplicaReport]:
+    """The live brokers other than the record's master that report an epoch above the
+    record's: Redis lost the election that made it (a failover to a replica without it)."""
+    record = view.record
+    return [
+        b.report
+        for b in view.brokers.values()
+        if b.broker_id in live
+        and b.broker_id != record.master
+        and b.report is not None
+        and b.report.epoch > record.epoch
+    ]
+
+
 def _elect_alone(view: GroupView, master: str, reason: str, unclean: bool = False) -> Elect:
     """``master`` elected at a new epoch, alone in the in-sync set (the others join it as
     slaves do), replacing the record's master if there is one."""
@@ -321,20 +331,18 @@ def _failover(state: ControllerState, view: GroupView, live: set[str]) -> Action
     pool = set(view.brokers) if config.unclean_election else set(record.in_sync)
     # A resigned master may be elected again, at a new epoch (it may be the only one).
     best = _best(view, pool & live if resigned else (pool & live) - {record.master})
-    ahead = {
-        b for b in live - {record.master}
-        if (r := view.brokers[b].report) is not None and r.epoch > record.epoch
-    }  # fmt: skip
-    if best is None and ahead:
+    ahead = _past_record(view, live) if best is None else []
+    if ahead:
         # The stored in-sync set is stale: Redis lost the election of a newer term, whose
         # brokers hold what it confirmed (nemesis seed 123: stuck for good).
-        chosen = _best(view, ahead)
+        ids = {r.broker_id for r in ahead}
+        chosen = _best(view, ids)
         assert chosen is not None
         return _elect_alone(
             view,
             chosen.broker_id,
             f"master {record.master} silent for {silence} ms; the record went back to epoch "
-            f"{record.epoch}, behind {', '.join(sorted(ahead))} (Redis lost an election)",
+            f"{record.epoch}, behind {', '.join(sorted(ids))} (Redis lost an election)",
             unclean=True,
         )
     if best is None:
