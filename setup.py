@@ -3,7 +3,7 @@ everything else about the package).
 
 Each ``speedups/mqgw_speedups/<name>.pyx`` (Cython) mirrors the pure module
 ``gateway/amqp/<name>.py`` and becomes the extension ``mqgw_speedups.<name>``;
-``gateway/amqp/twins.py`` picks it when it imports. Without a C compiler or the Python headers
+``storage/twins.py`` picks it when it imports. Without a C compiler or the Python headers
 the build still succeeds, pure Python only: it says so in one warning line and leaves the
 reason in ``speedups/mqgw_speedups/not_built.txt``, where ``mqgw --version`` reads it. An
 editable install (``pip install -e .``) builds in place, beside the ``.pyx`` files; the
@@ -34,8 +34,11 @@ PACKAGES = [
     ),
     PACKAGE,
 ]
-NOT_BUILT = "not_built.txt"  # gateway/amqp/twins.py reads it (NOT_BUILT_NOTE)
+NOT_BUILT = "not_built.txt"  # storage/twins.py reads it (NOT_BUILT_NOTE)
 TWINS = sorted(path.stem for path in (Path(__file__).parent / SOURCES).glob("*.pyx"))
+# C libraries a twin links: the record encoder checksums with zlib's crc32, the function
+# Python's own zlib module calls (its headers come with Python's, zlib1g-dev on Debian).
+LIBRARIES = {"record_encode": ["z"]}
 DIRECTIVES = {"language_level": "3", "boundscheck": False, "wraparound": False}
 
 
@@ -99,6 +102,9 @@ class OptionalBuildExt(build_ext):
 setup(
     packages=PACKAGES,
     package_dir={PACKAGE: str(SOURCES)},
-    ext_modules=[Extension(f"{PACKAGE}.{name}", [f"{SOURCES}/{name}.pyx"]) for name in TWINS],
+    ext_modules=[
+        Extension(f"{PACKAGE}.{name}", [f"{SOURCES}/{name}.pyx"], libraries=LIBRARIES.get(name, []))
+        for name in TWINS
+    ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -22,7 +22,6 @@ from anyio.abc import SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
 from gateway.admin.app import create_app
-from gateway.amqp import twins
 from gateway.cluster.backends import open_cluster_backends
 from gateway.cluster.backlog import RemoteBacklog, report_progress
 from gateway.cluster.link import ClusterLink
@@ -37,7 +36,7 @@ from meta.local_store import LocalMetadataStore
 from meta.move_jobs import SharedMoveJob
 from meta.redis_store import RedisMetadataStore
 from meta.store import MetadataStore
-from storage import BrokerUnavailable, DiskFull, StoreLocked, StorePort, open_embedded_store
+from storage import BrokerUnavailable, DiskFull, StoreLocked, StorePort, open_embedded_store, twins
 from storage.broker.gc_tuning import tune_gc
 from storage.config import max_record_bytes_for
 from storage.rocketmq import connect_rocketmq_store

@@ -110,7 +110,7 @@ def _version() -> str:
 
 class _VersionAction(argparse.Action):
     """``mqgw --version``: the installed version, then ``compiled hot paths: yes`` or ``no
-    (reason)`` on its own line (gateway/amqp/twins.py), looked up only when asked."""
+    (reason)`` on its own line (storage/twins.py), looked up only when asked."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
@@ -122,7 +122,7 @@ class _VersionAction(argparse.Action):
         values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
-        from gateway.amqp.twins import status_line
+        from storage.twins import status_line
 
         print(f"mqgw {_version()}\n{status_line()}")
         parser.exit()

@@ -25,7 +25,7 @@ import enum
 import struct
 from typing import NamedTuple
 
-from gateway.amqp import publish_cut, twins
+from gateway.amqp import publish_cut
 from gateway.amqp.errors import (
     FrameError,
     PreconditionFailed,
@@ -34,6 +34,7 @@ from gateway.amqp.errors import (
     erlang_binary,
 )
 from gateway.amqp.events import Publish
+from storage import twins
 
 # The property check in use (its compiled twin when built); the fast path's cut_publish
 # makes the same check, so a publish is checked once whichever way it arrives.

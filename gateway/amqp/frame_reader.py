@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gateway.amqp import publish_cut, twins
+from gateway.amqp import publish_cut
 from gateway.amqp.errors import FrameError, frame_error_detail
+from storage import twins
 
-# The publish cutter in use: its compiled twin when built (gateway/amqp/twins.py).
+# The publish cutter in use: its compiled twin when built (storage/twins.py).
 cut_publish = twins.pick(publish_cut.cut_publish)
 PublishFrames = publish_cut.PublishFrames  # what next_publish returns
 

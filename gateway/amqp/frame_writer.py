@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from pamqp import base, commands
 
-from gateway.amqp import deliver_frame, twins, unchecked
+from gateway.amqp import deliver_frame, unchecked
 from gateway.amqp.errors import reply_text_bytes, truncate_shortstr
 from gateway.amqp.frame_reader import (
     FRAME_BODY,
@@ -27,11 +27,12 @@ from gateway.amqp.frame_reader import (
     FRAME_METHOD,
     FRAME_OVERHEAD,
 )
+from storage import twins
 
 # Stored messages arrive as memoryview slices of one read: framing them must not copy.
 Buffer = bytes | bytearray | memoryview
 
-# The one-write deliver in use: its compiled twin when built (gateway/amqp/twins.py).
+# The one-write deliver in use: its compiled twin when built (storage/twins.py).
 deliver_one_write = twins.pick(deliver_frame.deliver_one_write)
 
 FRAME_END_BYTES = b"\xce"

@@ -1,1 +1,1 @@
-"""Compiled twins of mqgw's hot paths; ``gateway.amqp.twins`` picks them or the pure modules."""
+"""Compiled twins of mqgw's hot paths; ``storage.twins`` picks them or the pure modules."""

@@ -9,7 +9,7 @@ from libc.stdint cimport uint8_t, uint64_t
 from libc.string cimport memcpy
 
 # The pure twin, imported at first use: importing it runs gateway/amqp/__init__.py, which
-# imports this module (through gateway/amqp/twins.py).
+# imports this module (through storage/twins.py).
 cdef object _pure = None
 
 

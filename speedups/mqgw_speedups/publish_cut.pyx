@@ -10,7 +10,7 @@ from libc.string cimport memcpy
 
 cdef object _new_tuple = tuple.__new__
 # The pure twin and its result type, imported at first use: importing it runs
-# gateway/amqp/__init__.py, which imports this module (through gateway/amqp/twins.py).
+# gateway/amqp/__init__.py, which imports this module (through storage/twins.py).
 cdef object _pure = None
 cdef object PublishFrames = None
 

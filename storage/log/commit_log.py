@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage import record_encode, twins
 from storage.errors import DiskFull, StoreWriteError
 from storage.log.file_system import FileSystem
 from storage.log.segment_files import Segment, SegmentFiles
@@ -23,14 +24,16 @@ from storage.record import (
     HEADER,
     HEADER_SIZE,
     MESSAGE_MAGIC,
-    DestinationCache,
     DispatchRun,
     Record,
     check_record,
     encode_blank,
-    encode_chunk,
     relocated_copy,
 )
+from storage.record_encode import DestinationCache
+
+# The batch encoder in use: its compiled twin when built (storage/twins.py).
+encode_chunk = twins.pick(record_encode.encode_chunk)
 
 _SCAN_CHUNK_BYTES = 4 << 20
 

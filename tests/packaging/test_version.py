@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.amqp import twins
+from storage import twins
 from tests.harness.processes import GatewayProcess
 
 MQGW = Path(sys.executable).parent / "mqgw"
@@ -45,7 +45,8 @@ def test_status_names_the_import_error_of_a_twin_that_will_not_load(
 ) -> None:
     monkeypatch.delenv(twins.PURE_ENV, raising=False)
     assert twins.status() == (True, "")
-    monkeypatch.setattr(twins, "HOT_MODULES", ("publish_cut", "no_such_twin"))
+    hot = {"publish_cut": "gateway.amqp.publish_cut", "no_such_twin": "gateway.amqp.no_such_twin"}
+    monkeypatch.setattr(twins, "HOT_MODULES", hot)
     compiled, reason = twins.status()
     assert not compiled
     assert reason == "mqgw_speedups.no_such_twin: No module named 'mqgw_speedups.no_such_twin'"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from storage import twins
 from tests.harness.processes import REPO
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -98,7 +99,7 @@ def _speedups(wheel: Path) -> list[str]:
 def test_a_wheel_holds_the_compiled_hot_paths_and_uses_them(tmp_path: Path, venv: Path) -> None:
     wheel, output = build_wheel(tmp_path)
     files = _speedups(wheel)
-    for twin in ("publish_cut", "deliver_frame"):
+    for twin in twins.HOT_MODULES:
         assert any(re.fullmatch(rf"mqgw_speedups/{twin}\..*\.so", name) for name in files), files
     assert "mqgw_speedups/not_built.txt" not in files
     assert "NOT built" not in output

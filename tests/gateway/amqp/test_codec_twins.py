@@ -12,7 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut, twins
+from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut
+from storage import twins
 from tests.gateway.amqp import (
     test_frame_reader,
     test_frame_writer,

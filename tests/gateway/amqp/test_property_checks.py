@@ -16,7 +16,7 @@ from pamqp import commands
 from gateway.amqp import ServerConnection, channel, decode_properties, frame_reader, publish_cut
 from gateway.amqp import property_bytes as pb
 from gateway.amqp.events import ConnectionCloseSent, Publish
-from gateway.amqp.twins import compiled_twin
+from storage.twins import compiled_twin
 from tests.gateway.amqp.helpers import close_of, frame, handshake, open_channel
 
 Check = Callable[[bytes], bool]

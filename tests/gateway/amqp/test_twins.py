@@ -1,4 +1,4 @@
-"""The compiled twins of the hot paths (gateway/amqp/twins.py, speedups/mqgw_speedups/) against
+"""The compiled twins of the hot paths (storage/twins.py, speedups/mqgw_speedups/) against
 the pure ones.
 
 The package's build compiles the twins (setup.py; in place for scripts/setup's editable
@@ -11,6 +11,7 @@ type on random input, valid and broken.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -19,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut, twins
+from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut
+from storage import twins
 from tests.gateway.amqp.helpers import frame, publish
 from tests.harness.processes import REPO
 
@@ -57,8 +59,9 @@ def test_every_compiled_twin_is_a_hot_module_with_a_pure_one() -> None:
     """status() and `mqgw --version` check HOT_MODULES: each .pyx the build compiles."""
     sources = sorted(path.stem for path in (REPO / "speedups" / "mqgw_speedups").glob("*.pyx"))
     assert sorted(twins.HOT_MODULES) == sources
-    for name in sources:
-        assert (REPO / "gateway" / "amqp" / f"{name}.py").is_file()
+    for name, pure in twins.HOT_MODULES.items():
+        assert pure.rpartition(".")[2] == name  # pick() finds a twin by its pure module's name
+        assert (REPO / Path(*pure.split("."))).with_suffix(".py").is_file()
 
 
 def test_pure_is_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,15 +1,17 @@
 """Compiled twins of the hot paths, and which one is in use.
 
 A hot function lives in a small pure-Python module beside the code that calls it
-(``gateway/amqp/publish_cut.py``, ``gateway/amqp/deliver_frame.py``): that module is the
-source of truth and the reference. Its compiled twin, ``speedups/mqgw_speedups/<name>.pyx``,
-does the same in C (Cython) and is built by the package's own build (setup.py) into the
-extension ``mqgw_speedups.<name>``: ``pip install .``, a wheel, and the editable install of
-``scripts/setup`` (in place, beside the ``.pyx``) all have it. Where the build found no C
+(``gateway/amqp/publish_cut.py``, ``gateway/amqp/deliver_frame.py``,
+``storage/record_encode.py``): that module is the source of truth and the reference. This
+chooser sits in storage, the lowest layer, so that every layer's hot path can use it. Its
+compiled twin, ``speedups/mqgw_speedups/<name>.pyx``, does the same in C (Cython) and is built
+by the package's own build (setup.py) into the extension ``mqgw_speedups.<name>``:
+``pip install .``, a wheel, and the editable install of ``scripts/setup`` (in place, beside
+the ``.pyx``) all have it. Where the build found no C
 compiler or no Python headers it warned, installed pure Python only and left the reason in
 ``speedups/mqgw_speedups/not_built.txt``. Both twins can be imported in one process, so the
 tests run the codec suites against both and compare them on random input
-(tests/gateway/amqp/test_twins.py).
+(tests/gateway/amqp/test_twins.py, tests/storage/test_record_twins.py).
 
 ``pick(pure_function)`` gives the same-named function of the compiled twin when it is built,
 else ``pure_function``. ``MQGW_PURE_PYTHON=1`` in the environment forces the pure modules
@@ -33,8 +35,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 COMPILED_PACKAGE = "mqgw_speedups"
 PURE_ENV = "MQGW_PURE_PYTHON"
-# The pure modules with a compiled twin (gateway/amqp/<name>.py, speedups/mqgw_speedups/<name>.pyx).
-HOT_MODULES = ("deliver_frame", "publish_cut")
+# Each compiled twin (speedups/mqgw_speedups/<name>.pyx) -> its pure module.
+HOT_MODULES = {
+    "deliver_frame": "gateway.amqp.deliver_frame",
+    "publish_cut": "gateway.amqp.publish_cut",
+    "record_encode": "storage.record_encode",
+}
 # Written into mqgw_speedups by a build that could not compile (setup.py): the reason.
 NOT_BUILT_NOTE = "not_built.txt"
 
