@@ -8,6 +8,12 @@ is decided (nothing could be written), the lease lapses by itself, and the loop 
 
 On stop (SIGTERM, SIGINT) the lease is given up, so another controller leads at its next
 tick instead of after the lease time.
+
+With Sentinel, decisions are written only on a Redis that a majority of the sentinels name
+as the master and hold up (``Replicated.sentinels_follow``): an old master cut off and healed
+takes writes until the sentinels demote it, and brokers that still reach it would follow an
+election written there while the promoted replica's controller elects another broker at the
+same epoch (nemesis seed 140).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -38,7 +45,8 @@ from controller.events import GroupRead
 from controller.snapshot import Observer
 from meta.groups.keys import ControllerKeys
 from meta.groups.timing import ControllerConfig
-from meta.redis_url import async_client
+from meta.redis_replicated import Replicated
+from meta.redis_url import async_client, parse_sentinel_url
 
 log = logging.getLogger("mqgw.controller")
 UNREACHABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
@@ -70,9 +78,18 @@ def describe(action: Write, result: WriteResult) -> str:
     raise AssertionError(action)
 
 
+# Whether the sentinels follow the Redis with this run id as their master (None: no Sentinel).
+SentinelsFollow = Callable[[str], Awaitable[bool]]
+
+
 class ControllerService:
     def __init__(
-        self, client: Redis, name: str, config: ControllerConfig, keys: ControllerKeys
+        self,
+        client: Redis,
+        name: str,
+        config: ControllerConfig,
+        keys: ControllerKeys,
+        sentinels_follow: SentinelsFollow | None = None,
     ) -> None:
         self.name, self.config = name, config
         self.apply = RedisApply(client, keys, name, config)
@@ -80,6 +97,9 @@ class ControllerService:
         self.observer = Observer(self.apply.holder)
         self.leading = False
         self._unreachable = False
+        self._sentinels_follow = sentinels_follow
+        self._run_id = ""  # of the Redis the last snapshot came from
+        self._unfollowed = False  # said once: writes held while the sentinels follow another
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("controller %s started (holder %s)", self.name, self.apply.holder)
@@ -98,6 +118,7 @@ class ControllerService:
         """One tick: read, decide, act."""
         try:
             snapshot = await self.apply.read()
+            self._run_id = snapshot.run_id
             if self._unreachable:
                 log.info("controller %s: Redis answers again", self.name)
                 self._unreachable = False
@@ -127,7 +148,7 @@ class ControllerService:
                         action.group, action.broker_id, action.stale_epoch, action.epoch,
                     )  # fmt: skip
             case Elect() | SetInSync() | StopConfirming() | ResumeConfirming() | MarkDown():
-                if leader is None:
+                if leader is None or not await self._followed(action):
                     return
                 result = await self.apply.write(action, leader.token)
                 if result.record is not None:  # decide on it from now, not from the next read
@@ -136,6 +157,22 @@ class ControllerService:
                 else:
                     log.info("group %s: %s not written: %s", action.group,
                              type(action).__name__, result.reason)  # fmt: skip
+
+    async def _followed(self, action: Write) -> bool:
+        """Whether this Redis is the master the sentinels follow (always, without Sentinel)."""
+        if self._sentinels_follow is None:
+            return True
+        followed = await self._sentinels_follow(self._run_id)
+        if not followed and not self._unfollowed:
+            log.warning(
+                "group %s: %s not written: the sentinels do not follow this Redis (run id %s) "
+                "as an up master; holding decisions until they do",
+                action.group, type(action).__name__, self._run_id,
+            )  # fmt: skip
+        elif followed and self._unfollowed:
+            log.info("controller %s: the sentinels follow this Redis again", self.name)
+        self._unfollowed = not followed
+        return followed
 
     def _log_leadership(self) -> None:
         leading = self.state.leader is not None
@@ -159,7 +196,17 @@ class ControllerService:
 
 async def serve(url: str, name: str, config: ControllerConfig, stop: asyncio.Event) -> None:
     client: Redis = async_client(url, connect_timeout_s=1.0, socket_timeout_s=2.0)
+    target = parse_sentinel_url(url)
+    replicated = None
+    if target is not None:
+        options: dict[str, object] = {"socket_connect_timeout": 1.0}
+        if target.sentinel_password is not None:
+            options["password"] = target.sentinel_password
+        replicated = Replicated(client, target, **options)
+    follow = replicated.sentinels_follow if replicated is not None else None
     try:
-        await ControllerService(client, name, config, ControllerKeys()).run(stop)
+        await ControllerService(client, name, config, ControllerKeys(), follow).run(stop)
     finally:
+        if replicated is not None:
+            await replicated.close()
         await client.aclose()

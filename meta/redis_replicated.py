@@ -72,6 +72,15 @@ def no_replica_can_be_promoted(
     return True
 
 
+def master_followed(
+    run_id: str, answers: Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]
+) -> bool:
+    """Whether every sentinel's answer names ``run_id`` as the master and holds it up."""
+    return all(
+        master.get("runid") == run_id and not _flags(master) & _DOWN_FLAGS for master, _ in answers
+    )
+
+
 class Replicated:
     def __init__(self, master: Redis, target: SentinelTarget, **options: Any):
         self.master = master
@@ -109,13 +118,29 @@ class Replicated:
             "failover to one without it"
         )
 
+    async def sentinels_follow(self, run_id: str) -> bool:
+        """Whether a majority of the sentinels answer, each naming ``run_id`` as the master
+        and holding it up. A controller elects only on such a Redis: a master cut off and
+        healed takes writes until the sentinels demote it, and an election written there
+        is read by the brokers that still reach it, while the promoted replica's controller
+        elects another master at the same epoch (nemesis seed 140)."""
+        answered = await self._majority_views()
+        return answered is not None and master_followed(run_id, answered)
+
     async def _sentinels_hold_it_safe(self, run_id: str) -> bool:
+        answered = await self._majority_views()
+        return answered is not None and no_replica_can_be_promoted(run_id, answered)
+
+    async def _majority_views(
+        self,
+    ) -> list[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]] | None:
+        """The sentinels' answers if a majority of them answered, else None."""
         views = await asyncio.gather(*(self._view(s) for s in self.sentinels))
         answered = [view for view in views if view is not None]
         # Sentinels the URL does not list still vote: count every one the answers know of.
         known = [int(master.get("num-other-sentinels", 0)) + 1 for master, _ in answered]
         majority = max([len(self.sentinels), *known]) // 2 + 1
-        return len(answered) >= majority and no_replica_can_be_promoted(run_id, answered)
+        return answered if len(answered) >= majority else None
 
     async def _view(
         self, sentinel: Redis
