@@ -79,7 +79,9 @@ class ConnectionOutput(ConnectionCore):
             channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
             properties_bytes, body, self.frame_max,
         )  # fmt: skip
-        return self.send_frames(channel, frames)
+        self._output.add(channel, frames)  # send_frames' work, its check done above
+        self._heartbeat.sent = True
+        return True
 
     def send_ack(self, channel: int, delivery_tag: int, multiple: bool = False) -> bool:
         """Publisher confirm (basic.ack)."""

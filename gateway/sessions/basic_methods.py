@@ -197,20 +197,24 @@ async def basic_get(session: Session, channel: ChannelState, m: commands.Basic.G
     session.conn.send_frames(channel.number, frames)
 
 
+_SETTLE_METHOD_IDS = {"ack": 80, "nack": 120, "reject": 90}
+
+
 def settle_tags(
     session: Session, channel: ChannelState, kind: str, tag: int, multiple: bool, requeue: bool
 ) -> None:
     if channel.tx_mode:
         channel.tx_actions.append(TxAction(kind, tag, multiple, requeue))
         return
-    method_id = {"ack": 80, "nack": 120, "reject": 90}[kind]
+    method_id = _SETTLE_METHOD_IDS[kind]
     if (tag == 0 and multiple) or tag in channel.unacked:
         deliveries = channel.pop_deliveries(tag, multiple)
     else:
         raise PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
-    stream = next((d.queue for d in deliveries if stream_queue.is_stream(d.queue)), None)
-    if kind != "ack" and stream is not None:
-        raise stream_queue.not_supported("basic.nack and basic.reject", stream, 60, method_id)
+    if kind != "ack":  # an ack settles stream deliveries too: no look per delivery for it
+        stream = next((d.queue for d in deliveries if stream_queue.is_stream(d.queue)), None)
+        if stream is not None:
+            raise stream_queue.not_supported("basic.nack and basic.reject", stream, 60, method_id)
     session.settle(channel, deliveries, None if kind == "ack" else requeue)
 
 

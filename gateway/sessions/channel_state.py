@@ -141,10 +141,19 @@ class ChannelState:
 
         ``multiple`` with tag 0 means every outstanding delivery, as in RabbitMQ.
         """
-        if multiple:
-            tags = [t for t in self.unacked if t <= tag or tag == 0]
-            return [self.unacked.pop(t) for t in tags]
-        delivery = self.unacked.pop(tag, None)
+        unacked = self.unacked
+        if multiple and tag == 0:
+            everything = list(unacked.values())
+            unacked.clear()
+            return everything
+        if multiple:  # tags rise in insertion order: stop at the first one past ``tag``
+            tags = []
+            for t in unacked:
+                if t > tag:
+                    break
+                tags.append(t)
+            return [unacked.pop(t) for t in tags]
+        delivery = unacked.pop(tag, None)
         return [] if delivery is None else [delivery]
 
     def queues_with_consumers(self) -> Iterator[QueueRuntime]:

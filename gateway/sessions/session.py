@@ -329,22 +329,27 @@ class Session:
         woken: set[QueueRuntime] = set()
         if self.tap is not None:
             self.tap.settled(deliveries, requeue)
-        if requeue is None:
+        if requeue is None:  # acks, the common case: one branch per delivery
             self.node.stats.ack += len(deliveries)
-        for delivery in deliveries:
-            queue = delivery.queue
-            if requeue and backoff and queue.behaviour.redelivery == "backoff":
-                assert self.vhost is not None
-                self.node.back_off(self.vhost, queue, delivery.partition, delivery.message)
-            elif requeue:
-                delivery.queue.requeue(delivery.partition, delivery.message)
-            elif requeue is None:
-                delivery.queue.settle(delivery.partition, delivery.message)
-            else:
-                delivery.queue.reject(delivery.partition, delivery.message)
-            if delivery.consumer is not None:
-                delivery.consumer.unacked -= 1
-            woken.add(delivery.queue)
+            for delivery in deliveries:
+                queue = delivery.queue
+                queue.settle(delivery.partition, delivery.message)
+                if delivery.consumer is not None:
+                    delivery.consumer.unacked -= 1
+                woken.add(queue)
+        else:
+            for delivery in deliveries:
+                queue = delivery.queue
+                if requeue and backoff and queue.behaviour.redelivery == "backoff":
+                    assert self.vhost is not None
+                    self.node.back_off(self.vhost, queue, delivery.partition, delivery.message)
+                elif requeue:
+                    queue.requeue(delivery.partition, delivery.message)
+                else:
+                    queue.reject(delivery.partition, delivery.message)
+                if delivery.consumer is not None:
+                    delivery.consumer.unacked -= 1
+                woken.add(queue)
         if channel.prefetch_global:
             woken.update(channel.queues_with_consumers())
         for queue in woken:
