@@ -2,6 +2,9 @@
 
 Appends go through the embedded (async) store exactly as the gateway calls it, so sync-flush
 figures include group commit. Each run prints one JSON line; a table summarises at the end.
+An append run also gives the process's CPU seconds per 100k appended records (user + system,
+the fsync thread included) and which record encoder ran (``compiled`` or ``pure``, as
+``MQGW_PURE_PYTHON`` chose): CPU per record is the figure a loaded machine leaves comparable.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from storage import FlushPolicy, LogStore, Record, StoreConfig, open_embedded_store
+from storage import FlushPolicy, LogStore, Record, StoreConfig, open_embedded_store, twins
 
 console = Console(stderr=True)
 
@@ -38,6 +41,8 @@ class AppendRun:
     reads_per_s: float
     fsyncs_per_s: float
     records_per_fsync: float
+    cpu_s_per_100k: float
+    encoder: str
 
 
 @dataclass
@@ -82,7 +87,7 @@ async def _append_run(
         for q in range(fanout):
             await store.create_queue(q, 1)
         appended = 0
-        deadline = time.perf_counter() + seconds
+        deadline = 0.0  # set once the run starts: opening the store is not measured
 
         async def appender() -> None:
             nonlocal appended
@@ -95,10 +100,13 @@ async def _append_run(
 
         gc.collect()
         start = time.perf_counter()
+        deadline = start + seconds
+        cpu_start = _cpu_s()
         async with anyio.create_task_group() as tg:
             for _ in range(concurrency):
                 tg.start_soon(appender)
         elapsed = time.perf_counter() - start
+        cpu = _cpu_s() - cpu_start
         fsyncs = store.committer.fsyncs
         read_start = time.perf_counter()
         offset = 0
@@ -120,7 +128,14 @@ async def _append_run(
         round(offset / read_elapsed),
         round(fsyncs / elapsed, 1),
         round(appended / fsyncs, 1) if fsyncs else 0.0,
+        round(cpu / appended * 100_000, 3) if appended else 0.0,
+        twins.in_use().get("record_encode", "pure"),
     )
+
+
+def _cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def catch_up(root: Path, backlog: int, record_bytes: int, progress: Progress) -> CatchUpRun:
@@ -221,6 +236,7 @@ def _summary(runs: list[AppendRun], catch: CatchUpRun | None) -> None:
         "reads/s",
         "fsyncs/s",
         "rec/fsync",
+        "CPU s/100k",
     ):
         table.add_column(col, justify="right")
     for r in runs:
@@ -233,6 +249,7 @@ def _summary(runs: list[AppendRun], catch: CatchUpRun | None) -> None:
             f"{r.reads_per_s:,.0f}",
             f"{r.fsyncs_per_s:,.1f}" if r.flush == "sync" else "-",
             f"{r.records_per_fsync:,.1f}" if r.flush == "sync" else "-",
+            f"{r.cpu_s_per_100k:.3f}",
         )
     console.print(table)
     by_key = {(r.record_bytes, r.flush, r.batch, r.fanout): r for r in runs}
