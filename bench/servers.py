@@ -48,8 +48,11 @@ class GatewayServer:
         env: dict[str, str] | None = None,
         flush: str | None = None,
         host: str | None = "127.0.0.1",
+        launcher: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
+        # Arguments to Python before ``-m mqgw_cli.main`` (a profiler's: bench/profile.py).
+        self.launcher = list(launcher)
         self.host = host  # None: no --host flag (e.g. MQGW_AMQP_HOST in env says where)
         self.args = list(args)
         self.env = dict(env or {})
@@ -75,7 +78,7 @@ class GatewayServer:
         self._ready.clear()
         self.log_lines = []
         cmd = [
-            sys.executable, "-m", "mqgw_cli.main", "serve",
+            sys.executable, *self.launcher, "-m", "mqgw_cli.main", "serve",
             *(["--host", self.host] if self.host is not None else []),
             "--amqp-port", "0", "--admin-port", "0",
             "--data-dir", str(self.data_dir), *self.args, *self._over_rocketmq(),

@@ -48,6 +48,12 @@ def _bench_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_profile(args: argparse.Namespace) -> int:
+    from bench.profile import run
+
+    return run(args.scenarios, args.scale, args.procs, args.out, args.html)
+
+
 def _bench_compare(args: argparse.Namespace) -> int:
     from bench.load.compare import compare, pick
 
@@ -107,6 +113,7 @@ def add_bench_commands(commands: Any) -> None:
     _add_hot_queue_bench(bench_cmds)
     _add_load_run(bench_cmds)
     _add_load_compare(bench_cmds)
+    _add_load_profile(bench_cmds)
 
 
 def _add_store_bench(bench_cmds: Any) -> None:
@@ -161,6 +168,18 @@ def _add_load_run(bench_cmds: Any) -> None:
         "publishers and consumers are spread over them); default: start a gateway",
     )
     load.set_defaults(func=_bench_run)
+
+
+def _add_load_profile(bench_cmds: Any) -> None:
+    profile = bench_cmds.add_parser(
+        "profile", help="a gateway under pyinstrument while scenarios run: where its time goes"
+    )
+    _add_load_options(profile)
+    profile.add_argument(
+        "--out", type=Path, default=Path("mqgw-profile.txt"), help="the report (%(default)s)"
+    )
+    profile.add_argument("--html", action="store_true", help="an HTML report instead of text")
+    profile.set_defaults(func=_bench_profile)
 
 
 def _add_load_compare(bench_cmds: Any) -> None:

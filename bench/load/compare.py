@@ -34,7 +34,7 @@ def pick(names: list[str]) -> list[Scenario]:
     return [SCENARIOS[n] for n in names] if names else list(SCENARIOS.values())
 
 
-def _one(scenario: Scenario, target: Target, scale: float, procs: int) -> dict[str, Any]:
+def run_one(scenario: Scenario, target: Target, scale: float, procs: int) -> dict[str, Any]:
     try:
         result = run_scenario(scenario, target, scale, procs)
     except Exception as error:  # report and go on: one broken scenario must not end the run
@@ -79,7 +79,7 @@ def run(names: list[str], url: str | None, scale: float, procs: int) -> None:
         else:
             target = url_target(url)
         for scenario in scenarios:
-            _one(scenario, target, scale, procs)
+            run_one(scenario, target, scale, procs)
 
 
 def compare(
@@ -99,7 +99,7 @@ def compare(
         for round_no in range(rounds):
             for scenario in scenarios:
                 console.print(f"round {round_no + 1}/{rounds}: {scenario.name}")
-                pair = (_one(scenario, a, scale, procs), _one(scenario, b, scale, procs))
+                pair = (run_one(scenario, a, scale, procs), run_one(scenario, b, scale, procs))
                 results.setdefault(scenario.name, []).append(pair)
     summaries = [_ratios(SCENARIOS[name], pairs, a, b) for name, pairs in results.items()]
     for summary in summaries:

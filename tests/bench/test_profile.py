@@ -1,0 +1,25 @@
+"""`mqgw bench profile`: a gateway under pyinstrument while a scenario runs; the report is
+the call tree of the messages' way through the gateway, written once the gateway stopped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness.processes import REPO
+
+
+def test_the_report_shows_the_publish_and_delivery_paths(tmp_path: Path) -> None:
+    out = tmp_path / "profile.txt"
+    command = [sys.executable, "-m", "mqgw_cli.main", "bench", "profile", "confirm-durable-1k"]
+    done = subprocess.run(
+        [*command, "--scale", "0.05", "--procs", "1", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"profile of the gateway (text): {out}" in done.stderr.replace("\n", "")
+    report = out.read_text()
+    assert '"complete": true' in done.stdout  # the scenario ran to its end against it
+    for path in ("publish_batch", "Session.deliver"):
+        assert path in report, path
