@@ -8,11 +8,13 @@ joined by a bridge, built and removed by the test itself (root, ``ip netns``, ve
         net.degrade("gw1", 0.2, 1000)      # 20 % of packets lost, 1 Mbit/s each way
         net.heal()
 
-Addresses are ``10.231.N.H`` (private range), ``N`` chosen per topology so that concurrent
-runs do not meet; nothing is routed outside the bridge. A cut is a blackhole route on each
-side: the kernel drops the packets silently, as a real partition does (connects time out, they
-are not refused). Namespaces, veths and the bridge carry a per-run tag in their names and are
-removed on the way out, on failure too; ``sweep()`` removes those of runs that died.
+Addresses are ``10.231.N.H`` (private range), ``N`` chosen per topology among those no
+interface of the machine has, so that concurrent runs do not meet (two runs that drew the same
+``N`` at random talked to each other's gateways: nemesis seeds 145 and 146); nothing is
+routed outside the bridge. A cut is a blackhole route on each side: the kernel drops the
+packets silently, as a real partition does (connects time out, they are not refused).
+Namespaces, veths and the bridge carry a per-run tag in their names and are removed on the
+way out, on failure too; ``sweep()`` removes those of runs that died.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import ctypes
 import itertools
 import os
 import random
+import re
 import signal
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,13 +49,23 @@ def _run(argv: Sequence[str], check: bool = True) -> None:
         raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()}")
 
 
+def free_subnet() -> int:
+    """An ``N`` of ``10.231.N.0/24`` that no interface here has (another run's bridge)."""
+    listed = _ip("-o", "-4", "addr", "show").stdout
+    used = {int(n) for n in re.findall(rf"inet {re.escape(SUBNET_PREFIX)}\.(\d+)\.", listed)}
+    free = [n for n in range(1, 255) if n not in used]
+    if not free:
+        raise RuntimeError(f"every {SUBNET_PREFIX}.N.0/24 subnet is in use on this machine")
+    return random.SystemRandom().choice(free)  # not the run's seeded draws
+
+
 class Hosts:
     def __init__(self, names: Sequence[str]) -> None:
         if len(set(names)) != len(names) or not names or len(names) > 200:
             raise ValueError(f"host names must be 1 to 200 distinct names: {names!r}")
         self.names = list(names)
         self.tag = f"{TAG_PREFIX}{os.getpid() % 10000:04d}{random.randrange(100):02d}"
-        self.subnet = random.randrange(1, 255)
+        self.subnet = free_subnet()
         self.addresses = {
             name: f"{SUBNET_PREFIX}.{self.subnet}.{index + 10}" for index, name in enumerate(names)
         }

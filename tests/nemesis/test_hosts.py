@@ -5,6 +5,7 @@ nothing is left on the machine afterwards, even when the test fails."""
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -131,3 +132,16 @@ def test_a_degraded_link_loses_and_slows() -> None:
         net.restore("b")
         assert float(_on(net, "b", bulk)) < 0.5
     assert not [n for n in leftovers() if n.startswith(net.tag)]
+
+
+def test_a_second_topology_never_takes_a_subnet_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeds 145 and 146, run at once, drew the same subnet and talked to each other's
+    gateways. Here every draw would pick the first topology's subnet: the second one must
+    still get another."""
+    with hosts(["a"]) as first:
+        taken = first.subnet
+        monkeypatch.setattr(random, "randrange", lambda *_args: taken)
+        monkeypatch.setattr(
+            random.SystemRandom, "choice", lambda _self, seq: taken if taken in seq else seq[0]
+        )
+        assert Hosts(["b"]).subnet != taken
