@@ -197,12 +197,7 @@ class ControllerService:
 async def serve(url: str, name: str, config: ControllerConfig, stop: asyncio.Event) -> None:
     client: Redis = async_client(url, connect_timeout_s=1.0, socket_timeout_s=2.0)
     target = parse_sentinel_url(url)
-    replicated = None
-    if target is not None:
-        options: dict[str, object] = {"socket_connect_timeout": 1.0}
-        if target.sentinel_password is not None:
-            options["password"] = target.sentinel_password
-        replicated = Replicated(client, target, **options)
+    replicated = Replicated.for_target(client, target, 1.0) if target is not None else None
     follow = replicated.sentinels_follow if replicated is not None else None
     try:
         await ControllerService(client, name, config, ControllerKeys(), follow).run(stop)

@@ -95,10 +95,8 @@ class RedisConnection:
         # With Sentinel, metadata changes wait until a failover cannot lose them.
         self.replicated: Replicated | None = None
         if target is not None:
-            options: dict[str, object] = {"socket_connect_timeout": min(1.0, unavailable_timeout_s)}
-            if target.sentinel_password is not None:
-                options["password"] = target.sentinel_password
-            self.replicated = Replicated(self.client, target, **options)
+            timeout_s = min(1.0, unavailable_timeout_s)
+            self.replicated = Replicated.for_target(self.client, target, timeout_s)
         self.conflicts = 0  # WATCH races lost, in total (a contention figure for metrics)
 
     async def run(self, operation: Callable[[], Awaitable[T]]) -> T:

@@ -92,6 +92,16 @@ class Replicated:
         self.unreplicated = 0  # writes that stood on the sentinels' word alone (a metric)
         self._alone_until = 0.0
 
+    @classmethod
+    def for_target(
+        cls, master: Redis, target: SentinelTarget, connect_timeout_s: float
+    ) -> Replicated:
+        """One for ``master``, asking the sentinels of ``target`` with its sentinel password."""
+        options: dict[str, Any] = {"socket_connect_timeout": connect_timeout_s}
+        if target.sentinel_password is not None:
+            options["password"] = target.sentinel_password
+        return cls(master, target, **options)
+
     async def confirm(self, written_key: str) -> None:
         """Returns once the transaction that wrote ``written_key`` cannot be lost to a
         failover; NotReplicated while it could; MetadataUnavailable once it was."""

@@ -53,7 +53,7 @@ async def _elects(port: int, url: str) -> bool:
     target = parse_sentinel_url(url)
     assert target is not None
     client = Redis(port=port, decode_responses=True, protocol=2)
-    replicated = Replicated(client, target, socket_connect_timeout=1.0)
+    replicated = Replicated.for_target(client, target, 1.0)
     service = ControllerService(client, "c1", CONFIG, ControllerKeys(), replicated.sentinels_follow)
     broker = FakeBroker(GroupLink(client), "g1", "a").start()
     stop = asyncio.Event()
