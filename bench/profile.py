@@ -17,8 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from bench.load.compare import pick, run_one
-from bench.load.runner import Target
-from bench.servers import GatewayServer
+from bench.load.sides import gateway_target
 
 console = Console(stderr=True)
 
@@ -29,23 +28,18 @@ def run(names: list[str], scale: float, procs: int, out: Path, html: bool) -> in
         return 2
     scenarios = pick(names)
     out = out.resolve()
+    out.unlink(missing_ok=True)  # the report is there afterwards only if this run wrote it
     renderer = "html" if html else "text"
-    with tempfile.TemporaryDirectory(prefix="mqgw-profile-") as root:
-        server = GatewayServer(
-            Path(root, "data"),
-            flush="sync",
-            launcher=["-m", "pyinstrument", "-r", renderer, "-o", str(out)],
-        ).start()
-        try:
-            target = Target(server.url, "mqgw", f"mqgw (profiled): {server.flush_policy}",
-                            server.pid, Path(root, "data"))  # fmt: skip
-            for scenario in scenarios:
-                console.print(f"profiling {scenario.name}")
-                run_one(scenario, target, scale, procs)
-        finally:
-            code = server.stop()
-    if code != 0 or not out.is_file():
-        console.print(f"mqgw bench profile: the gateway exited with {code}; no report written")
+    launcher = ["-m", "pyinstrument", "-r", renderer, "-o", str(out)]
+    with (
+        tempfile.TemporaryDirectory(prefix="mqgw-profile-") as root,
+        gateway_target(Path(root), launcher) as target,
+    ):
+        for scenario in scenarios:
+            console.print(f"profiling {scenario.name}")
+            run_one(scenario, target, scale, procs)
+    if not out.is_file():  # pyinstrument writes once the gateway has stopped cleanly
+        console.print("mqgw bench profile: the gateway did not stop cleanly; no report written")
         return 1
     console.print(f"profile of the gateway ({renderer}): {out}")
     return 0

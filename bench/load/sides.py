@@ -21,7 +21,7 @@ import functools
 import os
 import re
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -58,8 +58,10 @@ class Side:
 
 
 @contextlib.contextmanager
-def gateway_target(root: Path) -> Iterator[Target]:
-    server = GatewayServer(root / "gateway-data", flush="sync").start()
+def gateway_target(root: Path, launcher: Sequence[str] = ()) -> Iterator[Target]:
+    """A gateway (sync flush) on free loopback ports; ``launcher``: Python's arguments before
+    the gateway's module (a profiler's, bench/profile.py)."""
+    server = GatewayServer(root / "gateway-data", flush="sync", launcher=launcher).start()
     try:
         yield Target(
             server.url, "mqgw", f"mqgw: {server.flush_policy}", server.pid, root / "gateway-data"
