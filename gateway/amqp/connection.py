@@ -55,6 +55,7 @@ from gateway.amqp.events import (
     Event,
     HeartbeatTimeout,
     ProtocolHeaderRejected,
+    Publish,
     SecretUpdateRequested,
     VHostOpenRequested,
 )
@@ -102,8 +103,14 @@ class ServerConnection(ConnectionOutput):
                     self._abort(ResourceError("too much input during the handshake"), events)
                 break
             if self.state is ConnectionState.OPEN:
-                # The hot path: a whole publish (method, header, body) in one step.
-                publish = self._reader.next_publish(self._channels.accepts_publish)
+                # The hot path: whole publishes (method, header, body), a read's worth in one
+                # call; then one at a time, for the one whose error the channel reports.
+                channels = self._channels
+                if self._reader.take_publishes(
+                    channels.accepts_publish, channels.max_message_size, Publish, events
+                ):
+                    continue
+                publish = self._reader.next_publish(channels.accepts_publish)
                 if publish is not None:
                     try:
                         self._channels.on_publish(publish, events)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from gateway.amqp import publish_cut
 from gateway.amqp.errors import FrameError, frame_error_detail
@@ -25,6 +25,7 @@ from storage import twins
 
 # The publish cutter in use: its compiled twin when built (storage/twins.py).
 cut_publish = twins.pick(publish_cut.cut_publish)
+cut_publishes = twins.pick(publish_cut.cut_publishes)
 PublishFrames = publish_cut.PublishFrames  # what next_publish returns
 
 FRAME_METHOD = 1
@@ -40,6 +41,7 @@ PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 
 _FRAME_HEAD = struct.Struct(">BHI")
+T = TypeVar("T")
 _MIN_PAYLOAD = {FRAME_METHOD: 4, FRAME_HEADER: 12, FRAME_BODY: 0}
 
 
@@ -102,6 +104,23 @@ class FrameReader:
             return None
         self._pos, frames = cut
         return frames
+
+    def take_publishes(
+        self,
+        accept: Callable[[int], bool],
+        max_body: int,
+        make: Callable[[int, str, str, bool, bool, bytes, bytes], T],
+        out: list[T],
+    ) -> int:
+        """The fast path over a whole read: every publish next_publish would cut, one after
+        the other, decoded and made into ``make(...)`` in ``out`` (publish_cut.cut_publishes);
+        returns how many. It stops where next_publish and the frame-by-frame path must take
+        over: a publish they report an error for, or anything else."""
+        if self.broken or self.expect_protocol_header:
+            return 0
+        before = len(out)
+        self._pos = cut_publishes(self._buf, self._pos, self.frame_max, max_body, accept, make, out)
+        return len(out) - before
 
     def next_frame(self) -> RawFrame | ProtocolHeaderReceived | None:
         """The next complete frame, or None when more bytes are needed."""

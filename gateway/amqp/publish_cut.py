@@ -1,4 +1,5 @@
-"""Cutting a whole basic.publish (method, content header, one body frame) out of the input.
+"""Cutting a whole basic.publish (method, content header, one body frame) out of the input,
+one at a time (``cut_publish``) or a whole read's worth in one call (``cut_publishes``).
 
 The hot inbound path, kept apart from frame_reader so that it has a compiled twin:
 ``speedups/mqgw_speedups/publish_cut.pyx`` does the same in C, and ``twins.twin`` picks it
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2
@@ -31,6 +32,8 @@ _PUBLISH_INDEX = 0x003C0028  # class 60 (basic), method 40 (publish)
 _METHOD_HEAD = struct.Struct(">BHII")  # frame head + method index
 _CONTENT_FRAME_HEAD = struct.Struct(">BHIHHQ")  # frame head + class id, weight, body size
 _CONTENT_HEADER_FIXED = 12  # class id, weight, body size
+_EXCHANGE_AT = 6  # basic.publish: class, method, a deprecated u16 ticket, then the exchange
+T = TypeVar("T")
 
 
 class PublishFrames(NamedTuple):
@@ -106,6 +109,68 @@ def cut_publish(
     )
     frames: PublishFrames = _make_tuple(PublishFrames, fields)  # no Python-level __new__
     return body_end + 1, frames
+
+
+def cut_publishes(
+    buf: bytearray,
+    pos: int,
+    frame_max: int,
+    max_body: int,
+    accept: Callable[[int], bool],
+    make: Callable[[int, str, str, bool, bool, bytes, bytes], T],
+    out: list[T],
+) -> int:
+    """Every publish from ``buf[pos]`` on that ``cut_publish`` takes, one after the other,
+    each appended to ``out`` as ``make(channel, exchange, routing_key, mandatory, immediate,
+    properties, body)``; returns the position after the last.
+
+    A whole socket read in one call: it stops, leaving the rest for the one-publish path
+    (which reports what is wrong), at the first publish ``cut_publish`` leaves, whose body is
+    over ``max_body`` or whose method does not decode (``publish_head``). ``accept`` is asked
+    once per channel: nothing between two publishes of one read changes a channel's state,
+    since their events are handled only after the read."""
+    accepted: set[int] = set()
+
+    def accept_once(channel: int) -> bool:
+        if channel in accepted:
+            return True
+        if accept(channel):
+            accepted.add(channel)
+            return True
+        return False
+
+    while (cut := cut_publish(buf, pos, frame_max, accept_once)) is not None:
+        end, (channel, method, properties, body) = cut
+        head = publish_head(method)
+        if head is None or len(body) > max_body:
+            break
+        out.append(make(channel, *head, properties, body))
+        pos = end
+    return pos
+
+
+def publish_head(method: bytes) -> tuple[str, str, bool, bool] | None:
+    """basic.publish's payload (class and method ids, a u16 ticket, the exchange and routing
+    key as shortstrs, the bits): exchange, routing key, mandatory, immediate; None if the
+    shortstrs overrun the payload or are not UTF-8 (channel.decode_publish's FrameError)."""
+    size = len(method)
+    if size <= _EXCHANGE_AT:
+        return None
+    start = _EXCHANGE_AT + 1
+    end = start + method[_EXCHANGE_AT]
+    if end >= size:
+        return None
+    key_start = end + 1
+    key_end = key_start + method[end]
+    if key_end >= size:
+        return None
+    try:
+        exchange = method[start:end].decode("utf-8")
+        routing_key = method[key_start:key_end].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    bits = method[key_end]
+    return exchange, routing_key, bits & 1 == 1, bits & 2 == 2
 
 
 # Property flag bits in wire order and the size class of each property: 0 a shortstr, -1 a

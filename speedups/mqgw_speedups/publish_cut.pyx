@@ -4,6 +4,7 @@
 # position, a frame_max beyond u32) goes to the pure twin, so the two agree on everything.
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
@@ -32,6 +33,7 @@ cdef enum:
     CONTENT_HEADER_SIZE = 21  # frame head + class id, weight, body size
     CONTENT_HEADER_FIXED = 12
     PUBLISH_INDEX = 0x003C0028
+    EXCHANGE_AT = 6
 
 
 cdef inline uint64_t big_endian(const uint8_t* at, int size) noexcept:
@@ -42,18 +44,18 @@ cdef inline uint64_t big_endian(const uint8_t* at, int size) noexcept:
     return value
 
 
-def cut_publish(buf, pos, frame_max, accept):
-    """See gateway.amqp.publish_cut.cut_publish."""
-    if _pure is None:
-        _import_pure()
-    if type(buf) is not bytearray or not (0 <= pos <= 1 << 48 and 0 <= frame_max <= 1 << 32):
-        return _pure.cut_publish(buf, pos, frame_max, accept)
-    cdef Py_ssize_t start = pos
-    cdef long long limit = frame_max
-    cdef Py_ssize_t size = PyByteArray_GET_SIZE(buf)
+cdef struct Cut:
+    long long channel
+    Py_ssize_t method_start, method_end, properties_at, head_end, body_start, body_end
+
+
+cdef bint _find(
+    const uint8_t* data, Py_ssize_t size, Py_ssize_t start, long long limit, Cut* cut
+) noexcept:
+    """Whether a whole publish starts at ``start`` (every check of cut_publish but accept);
+    if so, ``cut`` says where its parts are."""
     if start + 11 > size:
-        return None
-    cdef const uint8_t* data = <const uint8_t*>PyByteArray_AS_STRING(buf)
+        return False
     cdef const uint8_t* head = data + start
     cdef long long channel = big_endian(head + 1, 2)
     cdef long long method_size = big_endian(head + 3, 4)
@@ -66,7 +68,7 @@ def cut_publish(buf, pos, frame_max, accept):
         or method_end + 1 + CONTENT_HEADER_SIZE > size
         or data[method_end] != FRAME_END
     ):
-        return None
+        return False
     cdef Py_ssize_t head_at = method_end + 1
     head = data + head_at
     cdef long long head_size = big_endian(head + 3, 4)
@@ -84,7 +86,7 @@ def cut_publish(buf, pos, frame_max, accept):
         or head_end + 1 + FRAME_HEADER_SIZE + <Py_ssize_t>body_size >= size
         or data[head_end] != FRAME_END
     ):
-        return None
+        return False
     cdef Py_ssize_t body_at = head_end + 1
     cdef Py_ssize_t body_start = body_at + FRAME_HEADER_SIZE
     cdef Py_ssize_t body_end = body_start + <Py_ssize_t>body_size
@@ -96,31 +98,140 @@ def cut_publish(buf, pos, frame_max, accept):
         or big_endian(head + 3, 4) != body_size
         or data[body_end] != FRAME_END
         or not _properties_ok(data + properties_at, head_end - properties_at)
-        or not accept(channel)
     ):
+        return False
+    cut.channel = channel
+    cut.method_start = method_start
+    cut.method_end = method_end
+    cut.properties_at = properties_at
+    cut.head_end = head_end
+    cut.body_start = body_start
+    cut.body_end = body_end
+    return True
+
+
+cdef inline bytes _copy(object buf, Py_ssize_t start, Py_ssize_t end):
+    return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(buf) + start, end - start)
+
+
+def cut_publish(buf, pos, frame_max, accept):
+    """See gateway.amqp.publish_cut.cut_publish."""
+    if _pure is None:
+        _import_pure()
+    if type(buf) is not bytearray or not (0 <= pos <= 1 << 48 and 0 <= frame_max <= 1 << 32):
+        return _pure.cut_publish(buf, pos, frame_max, accept)
+    cdef Cut cut
+    cdef const uint8_t* data = <const uint8_t*>PyByteArray_AS_STRING(buf)
+    if not _find(data, PyByteArray_GET_SIZE(buf), pos, frame_max, &cut):
         return None
-    if PyByteArray_GET_SIZE(buf) <= body_end:  # accept() shrank buf: slice as the pure twin
-        return body_end + 1, _new_tuple(
+    if not accept(cut.channel):
+        return None
+    return cut.body_end + 1, _frames(buf, &cut)
+
+
+cdef object _frames(object buf, Cut* cut):
+    """The PublishFrames of ``cut``, once accept() ran (Python code, which may have changed
+    ``buf``: if it shrank, sliced as the pure twin does)."""
+    if PyByteArray_GET_SIZE(buf) <= cut.body_end:
+        return _new_tuple(
             PublishFrames,
             (
-                channel,
-                bytes(buf[method_start:method_end]),
-                bytes(buf[head_at + FRAME_HEADER_SIZE + CONTENT_HEADER_FIXED : head_end]),
-                bytes(buf[body_start:body_end]),
+                cut.channel,
+                bytes(buf[cut.method_start:cut.method_end]),
+                bytes(buf[cut.properties_at:cut.head_end]),
+                bytes(buf[cut.body_start:cut.body_end]),
             ),
         )
-    data = <const uint8_t*>PyByteArray_AS_STRING(buf)  # accept() ran Python code: reload
-    cdef const char* chars = <const char*>data
-    frames = _new_tuple(
+    return _new_tuple(
         PublishFrames,
         (
-            channel,
-            PyBytes_FromStringAndSize(chars + method_start, method_end - method_start),
-            PyBytes_FromStringAndSize(chars + properties_at, head_end - properties_at),
-            PyBytes_FromStringAndSize(chars + body_start, body_end - body_start),
+            cut.channel,
+            _copy(buf, cut.method_start, cut.method_end),
+            _copy(buf, cut.properties_at, cut.head_end),
+            _copy(buf, cut.body_start, cut.body_end),
         ),
     )
-    return body_end + 1, frames
+
+
+def cut_publishes(buf, pos, frame_max, max_body, accept, make, out):
+    """See gateway.amqp.publish_cut.cut_publishes."""
+    if _pure is None:
+        _import_pure()
+    if (
+        type(buf) is not bytearray
+        or type(out) is not list
+        or not (0 <= pos <= 1 << 48 and 0 <= frame_max <= 1 << 32 and 0 <= max_body <= 1 << 62)
+    ):
+        return _pure.cut_publishes(buf, pos, frame_max, max_body, accept, make, out)
+    cdef Cut cut
+    cdef Py_ssize_t start = pos
+    cdef long long limit = frame_max, body_limit = max_body, last = -1
+    cdef set accepted = set()
+    cdef const uint8_t* data
+    while True:
+        data = <const uint8_t*>PyByteArray_AS_STRING(buf)  # reloaded: make() is Python code
+        if not _find(data, PyByteArray_GET_SIZE(buf), start, limit, &cut):
+            break
+        if cut.channel != last and cut.channel not in accepted:
+            if not accept(cut.channel):
+                break
+            accepted.add(cut.channel)
+            if PyByteArray_GET_SIZE(buf) <= cut.body_end:  # accept() shrank buf
+                channel, method, properties, body = _frames(buf, &cut)
+                head = _pure.publish_head(method)
+                if head is None or len(body) > max_body:
+                    break
+                out.append(make(channel, *head, properties, body))
+                start = cut.body_end + 1
+                continue
+            data = <const uint8_t*>PyByteArray_AS_STRING(buf)
+        last = cut.channel
+        if cut.body_end - cut.body_start > body_limit:
+            break
+        head = _head(data, cut.method_start, cut.method_end)
+        if head is None:
+            break
+        exchange, routing_key, bits = head
+        publish = make(
+            cut.channel,
+            exchange,
+            routing_key,
+            bits & 1 == 1,
+            bits & 2 == 2,
+            _copy(buf, cut.properties_at, cut.head_end),
+            _copy(buf, cut.body_start, cut.body_end),
+        )
+        out.append(publish)
+        start = cut.body_end + 1
+    return start
+
+
+cdef object _head(const uint8_t* data, Py_ssize_t start, Py_ssize_t end):
+    """publish_head on ``data[start:end]``, its bits undecoded: (exchange, key, bits)."""
+    if end - start <= EXCHANGE_AT:
+        return None
+    cdef Py_ssize_t exchange_start = start + EXCHANGE_AT + 1
+    cdef Py_ssize_t exchange_end = exchange_start + data[start + EXCHANGE_AT]
+    if exchange_end >= end:
+        return None
+    cdef Py_ssize_t key_start = exchange_end + 1
+    cdef Py_ssize_t key_end = key_start + data[exchange_end]
+    if key_end >= end:
+        return None
+    cdef const char* chars = <const char*>data
+    try:
+        exchange = PyUnicode_DecodeUTF8(chars + exchange_start, exchange_end - exchange_start, NULL)
+        routing_key = PyUnicode_DecodeUTF8(chars + key_start, key_end - key_start, NULL)
+    except UnicodeDecodeError:
+        return None
+    return exchange, routing_key, data[key_end]
+
+
+def publish_head(method):
+    """See gateway.amqp.publish_cut.publish_head."""
+    if _pure is None:
+        _import_pure()
+    return _pure.publish_head(method)
 
 
 def properties_well_formed(data):

@@ -1,6 +1,7 @@
-"""The fused publish path (FrameReader.next_publish) must be indistinguishable from reading
-the same bytes frame by frame: same events, same bytes written, same state, whatever the
-stream holds (valid publishes, broken frames, other methods, random splits)."""
+"""The fused publish paths (FrameReader.take_publishes over a whole read, next_publish one at a
+time) must be indistinguishable from reading the same bytes frame by frame: same events, same
+bytes written, same state, whatever the stream holds (valid publishes, broken frames, other
+methods, bodies over the connection's max message size, random splits)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pamqp import commands
 from gateway.amqp import ServerConnection
 from gateway.amqp.events import Publish
 from gateway.amqp.frame_reader import FrameReader
-from tests.gateway.amqp.helpers import frame, handshake, open_channel, publish
+from tests.gateway.amqp.helpers import frame, handshake, open_channel, parse, publish
 
 PIECES = st.one_of(
     st.builds(
@@ -48,12 +49,16 @@ def _describe(item: Any) -> Any:
     return repr(item)
 
 
-def _run(data: bytes, cuts: list[int], fast: bool) -> tuple[list[Any], bytes, str]:
-    conn = ServerConnection(frame_max=4096)
+def _run(
+    data: bytes, cuts: list[int], mode: str, max_message_size: int
+) -> tuple[list[Any], bytes, str]:
+    conn = ServerConnection(frame_max=4096, max_message_size=max_message_size)
     handshake(conn, tune=(2047, 4096, 0))
     for channel in (1, 2):
         open_channel(conn, channel)
-    if not fast:
+    if mode != "batch":
+        conn._reader.take_publishes = lambda *args: 0  # type: ignore[method-assign]
+    if mode == "frames":
         conn._reader.next_publish = lambda accept: None  # type: ignore[method-assign]
     seen: list[Any] = []
     start = 0
@@ -64,11 +69,49 @@ def _run(data: bytes, cuts: list[int], fast: bool) -> tuple[list[Any], bytes, st
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(PIECES, max_size=12), st.data())
-def test_fused_publishes_equal_frame_by_frame(pieces: list[bytes], data: Any) -> None:
+@given(st.lists(PIECES, max_size=12), st.data(), st.sampled_from([100, 1 << 20]))
+def test_fused_publishes_equal_frame_by_frame(
+    pieces: list[bytes], data: Any, max_message_size: int
+) -> None:
     stream = b"".join(pieces)
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=6))
-    assert _run(stream, cuts, fast=True) == _run(stream, cuts, fast=False)
+    frames = _run(stream, cuts, "frames", max_message_size)
+    assert _run(stream, cuts, "single", max_message_size) == frames
+    assert _run(stream, cuts, "batch", max_message_size) == frames
+
+
+def test_a_read_of_publishes_is_cut_in_one_call_up_to_the_one_in_error() -> None:
+    """take_publishes stops before the publish whose body is over the max message size; that
+    one closes its channel (406, as frame by frame), and the publish after it on the other
+    channel still arrives."""
+    conn = ServerConnection(frame_max=4096, max_message_size=10)
+    handshake(conn, tune=(2047, 4096, 0))
+    for channel in (1, 2):
+        open_channel(conn, channel)
+    conn.data_to_send()
+    read = b"".join(
+        [
+            publish(1, b"one", routing_key="a"),
+            publish(2, b"two", routing_key="b"),
+            publish(1, b"x" * 11),
+            publish(2, b"three", routing_key="c"),
+        ]
+    )
+    calls: list[int] = []
+    take = conn._reader.take_publishes
+
+    def counted(*args: Any) -> int:
+        calls.append(taken := take(*args))
+        return taken
+
+    conn._reader.take_publishes = counted  # type: ignore[method-assign]
+    events = conn.receive_data(read)
+    published = [(e.channel, e.routing_key, e.body) for e in events if isinstance(e, Publish)]
+    assert published == [(1, "a", b"one"), (2, "b", b"two"), (2, "c", b"three")]
+    assert calls[0] == 2  # the first two in one call
+    sent = dict(parse(conn.data_to_send()))
+    assert isinstance(sent[1], commands.Channel.Close)
+    assert sent[1].reply_code == 406
 
 
 def test_the_fast_path_is_taken_for_whole_publishes() -> None:

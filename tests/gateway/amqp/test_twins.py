@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut
+from gateway.amqp.channel import decode_publish
+from gateway.amqp.errors import FrameError
 from storage import twins
 from tests.gateway.amqp.helpers import frame, publish
 from tests.harness.processes import REPO
@@ -38,9 +40,10 @@ def compiled(pure: ModuleType) -> ModuleType:
     ("pure", "name", "bound"),
     [
         (publish_cut, "cut_publish", lambda: frame_reader.cut_publish),
+        (publish_cut, "cut_publishes", lambda: frame_reader.cut_publishes),
         (deliver_frame, "deliver_one_write", lambda: frame_writer.deliver_one_write),
     ],
-    ids=["publish_cut", "deliver_frame"],
+    ids=["publish_cut", "publish_cut_batch", "deliver_frame"],
 )
 def test_compiled_twin_is_built_and_in_use_unless_pure_is_forced(
     pure: ModuleType, name: str, bound: Callable[[], object]
@@ -152,6 +155,91 @@ def test_cut_publish_twins_agree_on_a_stream_of_publishes() -> None:
     assert len(cuts["compiled"]) == 59
     assert cuts["compiled"] == cuts["pure"]
     assert cuts["compiled"][3].body == b"\x04" * 4
+
+
+@PROPERTY
+@given(
+    data=publish_streams(),
+    pos=st.integers(-3, 400),
+    frame_max=st.one_of(st.sampled_from([0, 12, 64, 4096, 131072]), st.integers(-5, 1 << 33)),
+    max_body=st.one_of(st.sampled_from([0, 5, 100, 1 << 20]), st.integers(-5, 1 << 63)),
+    refused=st.sets(st.integers(0, 3)),
+)
+def test_cut_publishes_twins_agree(
+    data: bytes, pos: int, frame_max: int, max_body: int, refused: set[int]
+) -> None:
+    asked: dict[str, list[int]] = {"pure": [], "compiled": []}
+    results = {}
+    for name, module in (("pure", publish_cut), ("compiled", compiled(publish_cut))):
+
+        def ask(channel: int, who: str = name) -> bool:
+            asked[who].append(channel)
+            return channel not in refused
+
+        out: list[tuple[Any, ...]] = []
+        args = (bytearray(data), pos, frame_max, max_body, ask, lambda *fields: fields, out)
+        results[name] = (outcome(module.cut_publishes, *args), out)
+    assert results["compiled"] == results["pure"]
+    assert asked["compiled"] == asked["pure"]
+
+
+def test_cut_publishes_is_cut_publish_and_decode_publish_in_a_loop() -> None:
+    """The batch cut gives, publish by publish, what cut_publish and the channel's
+    decode_publish give, asks accept once per channel, and stops at a body over max_body."""
+    stream = [publish(1 + n % 2, bytes([n]) * n, routing_key=f"k{n}") for n in range(1, 40)]
+    data = bytearray(b"".join(stream) + publish(1, b"x" * 50) + publish(1, b"after"))
+    expected, pos = [], 0
+    while (cut := publish_cut.cut_publish(data, pos, 131072, lambda _c: True)) is not None:
+        pos, (channel, method, properties, body) = cut
+        expected.append((channel, *decode_publish(method), properties, body))
+    assert len(expected) == 41
+    for module in (publish_cut, compiled(publish_cut)):
+        asked: list[int] = []
+        out: list[tuple[Any, ...]] = []
+        ask = _recorder(asked)
+        end = module.cut_publishes(data, 0, 131072, 49, ask, lambda *fields: fields, out)
+        assert out == expected[:39]
+        assert end == len(b"".join(stream))  # before the body of 50
+        assert asked == [2, 1]
+
+
+def _recorder(asked: list[int]) -> Callable[[int], bool]:
+    def ask(channel: int) -> bool:
+        asked.append(channel)
+        return True
+
+    return ask
+
+
+@PROPERTY
+@given(
+    method=st.one_of(
+        st.binary(max_size=20),
+        st.builds(
+            lambda exchange, key, bits, tail: (
+                b"\x00\x3c\x00\x28\x00\x00"
+                + bytes([len(exchange)])
+                + exchange
+                + bytes([len(key)])
+                + key
+                + bits
+                + tail
+            ),
+            st.binary(max_size=6) | st.sampled_from([b"amq.direct", "é".encode(), b"\xff"]),
+            st.binary(max_size=6),
+            st.binary(max_size=1),
+            st.binary(max_size=2),
+        ),
+    )
+)
+def test_publish_head_is_decode_publish_or_none_where_it_raises(method: bytes) -> None:
+    head = publish_cut.publish_head(method)
+    if head is None:
+        with pytest.raises(FrameError):
+            decode_publish(method)
+    else:
+        assert head == tuple(decode_publish(method))
+    assert compiled(publish_cut).publish_head(method) == head
 
 
 # -- deliver_frame -----------------------------------------------------------------------------
