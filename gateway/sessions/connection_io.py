@@ -154,7 +154,7 @@ async def _write_loop(session: Session, stream: ByteStream, done: anyio.Event) -
             interval = max(conn.heartbeat_s / 2, 0.5) if conn.heartbeat_s else 5.0
             with anyio.move_on_after(interval):
                 await session.dirty.wait()
-            session.dirty = anyio.Event()
+            session.take_dirty()
             conn.tick(time.monotonic())
             await _flush(session, stream)
             if conn.timed_out is not None:

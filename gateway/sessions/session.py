@@ -87,6 +87,7 @@ class Session:
         self.pending_bytes = 0  # queued in the connection, not yet taken by the writer
         self.sending_bytes = 0  # taken by the writer, in a socket send right now
         self.dirty = anyio.Event()
+        self.dirty_marked = False  # dirty is set: the writer has output to take
         self.closing = False
         self.close_reason = ""
         self.published = False  # a publishing connection is paused by the disk alarm
@@ -120,7 +121,14 @@ class Session:
         return self.vhost.name if self.vhost is not None else ""
 
     def mark_dirty(self) -> None:
-        self.dirty.set()
+        if not self.dirty_marked:  # once per writer's turn, not once per delivery
+            self.dirty_marked = True
+            self.dirty.set()
+
+    def take_dirty(self) -> None:
+        """The writer takes its turn: output queued from now on marks it dirty again."""
+        self.dirty = anyio.Event()
+        self.dirty_marked = False
 
     def notify_blocked(self, blocked: bool, reason: str) -> None:
         """Resource alarm on or off: tell the client if it asked to be told."""
@@ -194,7 +202,8 @@ class Session:
         self.pending_bytes += len(body) + 128
         if self.pending_bytes + self.sending_bytes > HIGH_WATER_BYTES:
             self.writable = False
-        self.mark_dirty()
+        if not self.dirty_marked:
+            self.mark_dirty()
 
     # -- events ---------------------------------------------------------------------------
 
