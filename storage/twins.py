@@ -40,6 +40,7 @@ HOT_MODULES = {
     "deliver_frame": "gateway.amqp.deliver_frame",
     "publish_cut": "gateway.amqp.publish_cut",
     "record_encode": "storage.record_encode",
+    "write_through": "gateway.vhost.write_through",
 }
 # Written into mqgw_speedups by a build that could not compile (setup.py): the reason.
 NOT_BUILT_NOTE = "not_built.txt"

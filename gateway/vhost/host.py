@@ -23,20 +23,22 @@ from gateway.queues.dead_letter import DeadLetter
 from gateway.queues.runtime import QueueRuntime
 from gateway.queues.scheduler import PushScheduler
 from gateway.routing import Router
-from gateway.vhost import dead_letter_outbox, keyed_routes
-from gateway.vhost.intake import absorb, refuse
+from gateway.vhost import dead_letter_outbox, keyed_routes, write_through
+from gateway.vhost.intake import refuse
 from gateway.vhost.meta_calls import meta_call
 from meta.group_pins import pinned_groups
 from meta.models import BindingDef, Deletions, ExchangeDef, Policy, QueueDef
 from meta.partitions import check_policy, initial_partitions, policy_in_force
 from meta.store import MetadataStore
-from storage import AppendResult, BrokerUnavailable, Record, StorePort, UnknownQueue
+from storage import AppendResult, BrokerUnavailable, Record, StorePort, UnknownQueue, twins
 
 if TYPE_CHECKING:
     from gateway.cluster.placement import QueuePlacement
     from gateway.observe.firehose import Firehose
 
 log = logging.getLogger("mqgw.vhost")
+# Write-through of a stored batch: its compiled twin when built (storage/twins.py).
+absorb = twins.pick(write_through.absorb)
 GONE_KEPT = 4096  # deleted queue ids remembered: a late feed echo must not bring one back
 
 
@@ -243,8 +245,8 @@ class VirtualHost:
                 self.scheduler.wake_new_messages(queue)
 
     def _absorb(self, records: Sequence[Record], result: AppendResult) -> set[QueueRuntime]:
-        """Queues caught up with the store take the batch in hand (gateway/vhost/intake.py);
-        returns those queues."""
+        """Queues caught up with the store take the batch in hand (gateway/vhost/
+        write_through.py); returns those queues."""
         return absorb(self.queues_by_id, records, result)
 
     async def append(self, records: list[Record], wait_durable: bool = False) -> None:
