@@ -128,7 +128,8 @@ class ChannelState:
     ) -> int:
         """Book a delivery to ``consumer``: its tag, and its unacked entry unless no-ack
         (stamped with ``now()``, the node's monotonic clock, for the consumer timeout)."""
-        tag = self.take_tag()
+        tag = self.next_delivery_tag  # take_tag(), once per delivery: without the call
+        self.next_delivery_tag = tag + 1
         if consumer.no_ack:
             queue.settle(partition, message)
         else:
