@@ -85,10 +85,13 @@ def consume(plan: ConsumePlan, link: WorkerLink) -> dict[str, Any]:
         mono = time.monotonic()
         if mono > check_at:  # stop, deadline and snapshot a few times a second only
             link.report(unique)
-            if link.stopped() or mono > plan.deadline_mono:
-                break
+            # The snapshot before the stop: a run whose consumers keep up is stopped within
+            # one check of the publishers' end, and a consumer that saw both at once left
+            # its queues counted as nothing at that end (min_queue_share_at_publish_end 0).
             if snapshot is None and link.snapshot is not None and link.snapshot.is_set():
                 snapshot = counts.copy()
+            if link.stopped() or mono > plan.deadline_mono:
+                break
             check_at = mono + 0.05
         if paced and mono >= next_ack:
             channel, tag = paced.popleft()
