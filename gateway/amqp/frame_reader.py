@@ -25,7 +25,7 @@ from storage import twins
 
 # The publish cutter in use: its compiled twin when built (storage/twins.py).
 cut_publish = twins.pick(publish_cut.cut_publish)
-cut_publishes = twins.pick(publish_cut.cut_publishes)
+cut_inbound = twins.pick(publish_cut.cut_inbound)
 PublishFrames = publish_cut.PublishFrames  # what next_publish returns
 
 FRAME_METHOD = 1
@@ -105,21 +105,25 @@ class FrameReader:
         self._pos, frames = cut
         return frames
 
-    def take_publishes(
+    def take_inbound(
         self,
         accept: Callable[[int], bool],
         max_body: int,
-        make: Callable[[int, str, str, bool, bool, bytes, bytes], T],
+        make_publish: Callable[[int, str, str, bool, bool, bytes, bytes], T],
+        make_ack: Callable[[int, int, bool], T],
         out: list[T],
     ) -> int:
-        """The fast path over a whole read: every publish next_publish would cut, one after
-        the other, decoded and made into ``make(...)`` in ``out`` (publish_cut.cut_publishes);
-        returns how many. It stops where next_publish and the frame-by-frame path must take
-        over: a publish they report an error for, or anything else."""
+        """The fast path over a whole read: every publish next_publish would cut and every
+        basic.ack, one after the other, made into events in ``out``
+        (publish_cut.cut_inbound); returns how many. It stops where next_publish and the
+        frame-by-frame path must take over: a publish they report an error for, or any other
+        frame."""
         if self.broken or self.expect_protocol_header:
             return 0
         before = len(out)
-        self._pos = cut_publishes(self._buf, self._pos, self.frame_max, max_body, accept, make, out)
+        self._pos = cut_inbound(
+            self._buf, self._pos, self.frame_max, max_body, accept, make_publish, make_ack, out
+        )
         return len(out) - before
 
     def next_frame(self) -> RawFrame | ProtocolHeaderReceived | None:

@@ -1,5 +1,6 @@
 """Cutting a whole basic.publish (method, content header, one body frame) out of the input,
-one at a time (``cut_publish``) or a whole read's worth in one call (``cut_publishes``).
+one at a time (``cut_publish``), or a whole read's worth of publishes and basic.acks in one
+call (``cut_inbound``).
 
 The hot inbound path, kept apart from frame_reader so that it has a compiled twin:
 ``speedups/mqgw_speedups/publish_cut.pyx`` does the same in C, and ``twins.twin`` picks it
@@ -33,6 +34,10 @@ _METHOD_HEAD = struct.Struct(">BHII")  # frame head + method index
 _CONTENT_FRAME_HEAD = struct.Struct(">BHIHHQ")  # frame head + class id, weight, body size
 _CONTENT_HEADER_FIXED = 12  # class id, weight, body size
 _EXCHANGE_AT = 6  # basic.publish: class, method, a deprecated u16 ticket, then the exchange
+_ACK_INDEX = 0x003C0050  # class 60 (basic), method 80 (ack)
+_ACK_FIELDS = struct.Struct(">qB")  # delivery tag (signed, as pamqp reads it), the bits
+_ACK_PAYLOAD = 4 + _ACK_FIELDS.size
+_ACK_FRAME = FRAME_HEADER_SIZE + _ACK_PAYLOAD + 1
 T = TypeVar("T")
 
 
@@ -111,24 +116,27 @@ def cut_publish(
     return body_end + 1, frames
 
 
-def cut_publishes(
+def cut_inbound(
     buf: bytearray,
     pos: int,
     frame_max: int,
     max_body: int,
     accept: Callable[[int], bool],
-    make: Callable[[int, str, str, bool, bool, bytes, bytes], T],
+    make_publish: Callable[[int, str, str, bool, bool, bytes, bytes], T],
+    make_ack: Callable[[int, int, bool], T],
     out: list[T],
 ) -> int:
-    """Every publish from ``buf[pos]`` on that ``cut_publish`` takes, one after the other,
-    each appended to ``out`` as ``make(channel, exchange, routing_key, mandatory, immediate,
-    properties, body)``; returns the position after the last.
+    """The hot inbound frames from ``buf[pos]`` on, one after the other: every publish
+    ``cut_publish`` takes, appended to ``out`` as ``make_publish(channel, exchange,
+    routing_key, mandatory, immediate, properties, body)``, and every basic.ack ``cut_ack``
+    takes, as ``make_ack(channel, delivery_tag, multiple)``; returns the position after the
+    last.
 
-    A whole socket read in one call: it stops, leaving the rest for the one-publish path
-    (which reports what is wrong), at the first publish ``cut_publish`` leaves, whose body is
-    over ``max_body`` or whose method does not decode (``publish_head``). ``accept`` is asked
-    once per channel: nothing between two publishes of one read changes a channel's state,
-    since their events are handled only after the read."""
+    A whole socket read in one call: it stops, leaving the rest for the one-publish and the
+    frame-by-frame paths (which report what is wrong), at the first frame that is neither,
+    at a publish whose body is over ``max_body`` or whose method does not decode
+    (``publish_head``). ``accept`` is asked once per channel: nothing between two frames of
+    one read changes a channel's state, since their events are handled only after the read."""
     accepted: set[int] = set()
 
     def accept_once(channel: int) -> bool:
@@ -139,14 +147,44 @@ def cut_publishes(
             return True
         return False
 
-    while (cut := cut_publish(buf, pos, frame_max, accept_once)) is not None:
-        end, (channel, method, properties, body) = cut
-        head = publish_head(method)
-        if head is None or len(body) > max_body:
+    while True:
+        cut = cut_publish(buf, pos, frame_max, accept_once)
+        if cut is not None:
+            end, (channel, method, properties, body) = cut
+            head = publish_head(method)
+            if head is None or len(body) > max_body:
+                break
+            out.append(make_publish(channel, *head, properties, body))
+            pos = end
+            continue
+        ack = cut_ack(buf, pos, frame_max, accept_once)
+        if ack is None:
             break
-        out.append(make(channel, *head, properties, body))
-        pos = end
+        pos, (channel, delivery_tag, multiple) = ack
+        out.append(make_ack(channel, delivery_tag, multiple))
     return pos
+
+
+def cut_ack(
+    buf: bytearray, pos: int, frame_max: int, accept: Callable[[int], bool]
+) -> tuple[int, tuple[int, int, bool]] | None:
+    """The basic.ack frame at ``buf[pos]`` and the position after it, or None: a method frame
+    whose payload is the ack's 13 bytes (ids, u64 delivery tag, the bits; multiple is the
+    lowest, as pamqp reads it), well ended, on a channel that ``accept``s it (asked last)."""
+    if pos < 0 or pos + _ACK_FRAME > len(buf):
+        return None
+    kind, channel, size, index = _METHOD_HEAD.unpack_from(buf, pos)
+    if (
+        kind != FRAME_METHOD
+        or index != _ACK_INDEX
+        or size != _ACK_PAYLOAD
+        or size > frame_max
+        or buf[pos + _ACK_FRAME - 1] != FRAME_END
+        or not accept(channel)
+    ):
+        return None
+    delivery_tag, bits = _ACK_FIELDS.unpack_from(buf, pos + _METHOD_HEAD.size)
+    return pos + _ACK_FRAME, (channel, delivery_tag, bits & 1 == 1)
 
 
 def publish_head(method: bytes) -> tuple[str, str, bool, bool] | None:

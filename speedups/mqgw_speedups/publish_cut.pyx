@@ -5,7 +5,7 @@
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
@@ -34,6 +34,9 @@ cdef enum:
     CONTENT_HEADER_FIXED = 12
     PUBLISH_INDEX = 0x003C0028
     EXCHANGE_AT = 6
+    ACK_INDEX = 0x003C0050
+    ACK_PAYLOAD = 13  # class and method ids, u64 delivery tag, the bits
+    ACK_FRAME = 21  # frame head, payload, frame end
 
 
 cdef inline uint64_t big_endian(const uint8_t* at, int size) noexcept:
@@ -153,8 +156,8 @@ cdef object _frames(object buf, Cut* cut):
     )
 
 
-def cut_publishes(buf, pos, frame_max, max_body, accept, make, out):
-    """See gateway.amqp.publish_cut.cut_publishes."""
+def cut_inbound(buf, pos, frame_max, max_body, accept, make_publish, make_ack, out):
+    """See gateway.amqp.publish_cut.cut_inbound."""
     if _pure is None:
         _import_pure()
     if (
@@ -162,26 +165,53 @@ def cut_publishes(buf, pos, frame_max, max_body, accept, make, out):
         or type(out) is not list
         or not (0 <= pos <= 1 << 48 and 0 <= frame_max <= 1 << 32 and 0 <= max_body <= 1 << 62)
     ):
-        return _pure.cut_publishes(buf, pos, frame_max, max_body, accept, make, out)
+        return _pure.cut_inbound(
+            buf, pos, frame_max, max_body, accept, make_publish, make_ack, out
+        )
     cdef Cut cut
-    cdef Py_ssize_t start = pos
-    cdef long long limit = frame_max, body_limit = max_body, last = -1
+    cdef Py_ssize_t start = pos, size
+    cdef long long limit = frame_max, body_limit = max_body, last = -1, channel
     cdef set accepted = set()
     cdef const uint8_t* data
     while True:
-        data = <const uint8_t*>PyByteArray_AS_STRING(buf)  # reloaded: make() is Python code
-        if not _find(data, PyByteArray_GET_SIZE(buf), start, limit, &cut):
-            break
+        data = <const uint8_t*>PyByteArray_AS_STRING(buf)  # reloaded: make_*() are Python code
+        size = PyByteArray_GET_SIZE(buf)
+        if not _find(data, size, start, limit, &cut):
+            channel = _ack_channel(data, size, start, limit)
+            if channel < 0:
+                break
+            if channel != last and channel not in accepted:
+                if not accept(channel):
+                    break
+                accepted.add(channel)
+                if PyByteArray_GET_SIZE(buf) < start + ACK_FRAME:  # accept() shrank buf
+                    ack = _pure.cut_ack(buf, start, frame_max, lambda _channel: True)
+                    if ack is None:
+                        break
+                    start, (channel_number, delivery_tag, multiple) = ack
+                    out.append(make_ack(channel_number, delivery_tag, multiple))
+                    continue
+                data = <const uint8_t*>PyByteArray_AS_STRING(buf)
+            last = channel
+            out.append(
+                make_ack(
+                    channel,
+                    <int64_t>big_endian(data + start + FRAME_HEADER_SIZE + 4, 8),  # as pamqp
+                    data[start + FRAME_HEADER_SIZE + 12] & 1 == 1,
+                )
+            )
+            start += ACK_FRAME
+            continue
         if cut.channel != last and cut.channel not in accepted:
             if not accept(cut.channel):
                 break
             accepted.add(cut.channel)
             if PyByteArray_GET_SIZE(buf) <= cut.body_end:  # accept() shrank buf
-                channel, method, properties, body = _frames(buf, &cut)
+                channel_number, method, properties, body = _frames(buf, &cut)
                 head = _pure.publish_head(method)
                 if head is None or len(body) > max_body:
                     break
-                out.append(make(channel, *head, properties, body))
+                out.append(make_publish(channel_number, *head, properties, body))
                 start = cut.body_end + 1
                 continue
             data = <const uint8_t*>PyByteArray_AS_STRING(buf)
@@ -192,7 +222,7 @@ def cut_publishes(buf, pos, frame_max, max_body, accept, make, out):
         if head is None:
             break
         exchange, routing_key, bits = head
-        publish = make(
+        publish = make_publish(
             cut.channel,
             exchange,
             routing_key,
@@ -204,6 +234,31 @@ def cut_publishes(buf, pos, frame_max, max_body, accept, make, out):
         out.append(publish)
         start = cut.body_end + 1
     return start
+
+
+cdef long long _ack_channel(
+    const uint8_t* data, Py_ssize_t size, Py_ssize_t start, long long limit
+) noexcept:
+    """The channel of the basic.ack frame at ``start`` (cut_ack's checks but accept), or -1."""
+    if start + ACK_FRAME > size:
+        return -1
+    cdef const uint8_t* head = data + start
+    if (
+        head[0] != FRAME_METHOD
+        or big_endian(head + 3, 4) != ACK_PAYLOAD
+        or big_endian(head + 7, 4) != ACK_INDEX
+        or ACK_PAYLOAD > limit
+        or head[ACK_FRAME - 1] != FRAME_END
+    ):
+        return -1
+    return <long long>big_endian(head + 1, 2)
+
+
+def cut_ack(buf, pos, frame_max, accept):
+    """See gateway.amqp.publish_cut.cut_ack."""
+    if _pure is None:
+        _import_pure()
+    return _pure.cut_ack(buf, pos, frame_max, accept)
 
 
 cdef object _head(const uint8_t* data, Py_ssize_t start, Py_ssize_t end):

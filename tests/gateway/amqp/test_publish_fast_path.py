@@ -1,7 +1,8 @@
-"""The fused publish paths (FrameReader.take_publishes over a whole read, next_publish one at a
-time) must be indistinguishable from reading the same bytes frame by frame: same events, same
-bytes written, same state, whatever the stream holds (valid publishes, broken frames, other
-methods, bodies over the connection's max message size, random splits)."""
+"""The fused paths (FrameReader.take_inbound over a whole read's publishes and acks,
+next_publish one publish at a time) must be indistinguishable from reading the same bytes
+frame by frame: same events, same bytes written, same state, whatever the stream holds (valid
+publishes, acks, broken frames, other methods, bodies over the connection's max message size,
+random splits)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ PIECES = st.one_of(
     st.sampled_from(
         [
             frame(1, commands.Basic.Ack(delivery_tag=1)),
+            frame(2, commands.Basic.Ack(delivery_tag=1 << 40, multiple=True)),
+            b"\x01\x00\x01\x00\x00\x00\x0d\x00\x3c\x00\x50" + b"\xfe" * 8 + b"\x01\xce",  # tag < 0
             frame(2, commands.Channel.Close(200, "bye", 0, 0)),
             frame(3, commands.Channel.Open()),
             b"\x03\x00\x01\x00\x00\x00\x02ab\xce",  # a stray body frame
@@ -57,7 +60,7 @@ def _run(
     for channel in (1, 2):
         open_channel(conn, channel)
     if mode != "batch":
-        conn._reader.take_publishes = lambda *args: 0  # type: ignore[method-assign]
+        conn._reader.take_inbound = lambda *args: 0  # type: ignore[method-assign]
     if mode == "frames":
         conn._reader.next_publish = lambda accept: None  # type: ignore[method-assign]
     seen: list[Any] = []
@@ -81,7 +84,7 @@ def test_fused_publishes_equal_frame_by_frame(
 
 
 def test_a_read_of_publishes_is_cut_in_one_call_up_to_the_one_in_error() -> None:
-    """take_publishes stops before the publish whose body is over the max message size; that
+    """take_inbound stops before the publish whose body is over the max message size; that
     one closes its channel (406, as frame by frame), and the publish after it on the other
     channel still arrives."""
     conn = ServerConnection(frame_max=4096, max_message_size=10)
@@ -98,13 +101,13 @@ def test_a_read_of_publishes_is_cut_in_one_call_up_to_the_one_in_error() -> None
         ]
     )
     calls: list[int] = []
-    take = conn._reader.take_publishes
+    take = conn._reader.take_inbound
 
     def counted(*args: Any) -> int:
         calls.append(taken := take(*args))
         return taken
 
-    conn._reader.take_publishes = counted  # type: ignore[method-assign]
+    conn._reader.take_inbound = counted  # type: ignore[method-assign]
     events = conn.receive_data(read)
     published = [(e.channel, e.routing_key, e.body) for e in events if isinstance(e, Publish)]
     assert published == [(1, "a", b"one"), (2, "b", b"two"), (2, "c", b"three")]

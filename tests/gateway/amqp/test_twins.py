@@ -23,6 +23,7 @@ from pamqp import commands
 from gateway.amqp import deliver_frame, frame_reader, frame_writer, publish_cut
 from gateway.amqp.channel import decode_publish
 from gateway.amqp.errors import FrameError
+from gateway.amqp.methods import decode_method
 from storage import twins
 from tests.gateway.amqp.helpers import frame, publish
 from tests.harness.processes import REPO
@@ -40,7 +41,7 @@ def compiled(pure: ModuleType) -> ModuleType:
     ("pure", "name", "bound"),
     [
         (publish_cut, "cut_publish", lambda: frame_reader.cut_publish),
-        (publish_cut, "cut_publishes", lambda: frame_reader.cut_publishes),
+        (publish_cut, "cut_inbound", lambda: frame_reader.cut_inbound),
         (deliver_frame, "deliver_one_write", lambda: frame_writer.deliver_one_write),
     ],
     ids=["publish_cut", "publish_cut_batch", "deliver_frame"],
@@ -85,6 +86,9 @@ def outcome(function: Callable[..., Any], *args: Any) -> tuple[str, Any]:
 
 OTHER_FRAMES = [
     frame(1, commands.Basic.Ack(delivery_tag=1)),
+    # A tag with its top bit set: pamqp reads a long-long signed, and so must the fast path.
+    b"\x01\x00\x02\x00\x00\x00\x0d\x00\x3c\x00\x50" + b"\xff" * 8 + b"\x03\xce",
+    frame(3, commands.Basic.Ack(delivery_tag=7, multiple=True))[:-1] + b"\x00",  # bad end
     frame(2, commands.Channel.Open()),
     b"\x08\x00\x00\x00\x00\x00\x00\xce",  # heartbeat
 ]
@@ -165,7 +169,7 @@ def test_cut_publish_twins_agree_on_a_stream_of_publishes() -> None:
     max_body=st.one_of(st.sampled_from([0, 5, 100, 1 << 20]), st.integers(-5, 1 << 63)),
     refused=st.sets(st.integers(0, 3)),
 )
-def test_cut_publishes_twins_agree(
+def test_cut_inbound_twins_agree(
     data: bytes, pos: int, frame_max: int, max_body: int, refused: set[int]
 ) -> None:
     asked: dict[str, list[int]] = {"pure": [], "compiled": []}
@@ -177,30 +181,50 @@ def test_cut_publishes_twins_agree(
             return channel not in refused
 
         out: list[tuple[Any, ...]] = []
-        args = (bytearray(data), pos, frame_max, max_body, ask, lambda *fields: fields, out)
-        results[name] = (outcome(module.cut_publishes, *args), out)
+        args = (bytearray(data), pos, frame_max, max_body, ask, _publish, _ack, out)
+        results[name] = (outcome(module.cut_inbound, *args), out)
     assert results["compiled"] == results["pure"]
     assert asked["compiled"] == asked["pure"]
 
 
-def test_cut_publishes_is_cut_publish_and_decode_publish_in_a_loop() -> None:
-    """The batch cut gives, publish by publish, what cut_publish and the channel's
-    decode_publish give, asks accept once per channel, and stops at a body over max_body."""
-    stream = [publish(1 + n % 2, bytes([n]) * n, routing_key=f"k{n}") for n in range(1, 40)]
+def test_cut_inbound_is_cut_publish_decode_publish_and_pamqps_ack_in_a_loop() -> None:
+    """The batch cut gives, frame by frame, what cut_publish and the channel's decode_publish
+    give for publishes and what pamqp decodes for acks, asks accept once per channel, and
+    stops at a body over max_body."""
+    stream = []
+    for n in range(1, 40):
+        stream.append(publish(1 + n % 2, bytes([n]) * n, routing_key=f"k{n}"))
+        if n % 3 == 0:
+            stream.append(frame(2, commands.Basic.Ack(delivery_tag=n << 40, multiple=n % 2 == 1)))
     data = bytearray(b"".join(stream) + publish(1, b"x" * 50) + publish(1, b"after"))
     expected, pos = [], 0
-    while (cut := publish_cut.cut_publish(data, pos, 131072, lambda _c: True)) is not None:
+    while pos < len(data):
+        cut = publish_cut.cut_publish(data, pos, 131072, lambda _c: True)
+        if cut is None:
+            end = pos + 21
+            method = decode_method(bytes(data[pos + 7 : end - 1]))
+            expected.append(("ack", data[pos + 2], method.delivery_tag, method.multiple))
+            pos = end
+            continue
         pos, (channel, method, properties, body) = cut
-        expected.append((channel, *decode_publish(method), properties, body))
-    assert len(expected) == 41
+        expected.append(("publish", channel, *decode_publish(method), properties, body))
+    assert len(expected) == 41 + 13
     for module in (publish_cut, compiled(publish_cut)):
         asked: list[int] = []
         out: list[tuple[Any, ...]] = []
         ask = _recorder(asked)
-        end = module.cut_publishes(data, 0, 131072, 49, ask, lambda *fields: fields, out)
-        assert out == expected[:39]
+        end = module.cut_inbound(data, 0, 131072, 49, ask, _publish, _ack, out)
+        assert out == expected[:-2]
         assert end == len(b"".join(stream))  # before the body of 50
         assert asked == [2, 1]
+
+
+def _publish(*fields: Any) -> tuple[Any, ...]:
+    return ("publish", *fields)
+
+
+def _ack(*fields: Any) -> tuple[Any, ...]:
+    return ("ack", *fields)
 
 
 def _recorder(asked: list[int]) -> Callable[[int], bool]:
