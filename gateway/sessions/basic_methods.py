@@ -222,6 +222,32 @@ async def basic_ack(session: Session, channel: ChannelState, m: commands.Basic.A
     settle_tags(session, channel, "ack", m.delivery_tag, m.multiple, False)
 
 
+async def basic_acks(session: Session, number: int, acks: list[commands.Basic.Ack]) -> None:
+    """Several basic.acks in a row on one channel (a client that acks every message on its
+    own) settled at once: what basic_ack one after the other does, with one settle. An
+    unknown tag settles those before it and then closes the channel, as it would; the acks
+    after it are dropped, as on a closing channel."""
+    channel = session.channels.get(number)
+    if channel is None or channel.closing:
+        return
+    if channel.tx_mode:
+        for m in acks:
+            settle_tags(session, channel, "ack", m.delivery_tag, m.multiple, False)
+        return
+    deliveries: list[Delivery] = []
+    unknown = None
+    for m in acks:
+        tag, multiple = m.delivery_tag, m.multiple
+        if (tag == 0 and multiple) or tag in channel.unacked:
+            deliveries += channel.pop_deliveries(tag, multiple)
+        else:
+            unknown = PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
+            break
+    session.settle(channel, deliveries, None)
+    if unknown is not None:
+        await session.fail(channel, unknown)
+
+
 async def basic_nack(session: Session, channel: ChannelState, m: commands.Basic.Nack) -> None:
     settle_tags(session, channel, "nack", m.delivery_tag, m.multiple, m.requeue)
 

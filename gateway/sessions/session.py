@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from pamqp.commands import Basic
 
 from gateway.amqp import (
     AMQPError,
@@ -42,6 +43,7 @@ from gateway.queues.consumer import LANE_NORMAL
 from gateway.queues.rate_limit import Limits
 from gateway.queues.runtime import QueueRuntime
 from gateway.sessions.access import NO_GRANTS, Grants
+from gateway.sessions.basic_methods import basic_acks
 from gateway.sessions.batch_publish import publish_batch
 from gateway.sessions.channel_state import ChannelState, Consumer, Delivery
 from gateway.sessions.confirms import ConfirmItem, send_confirms
@@ -62,6 +64,7 @@ log = logging.getLogger("mqgw.connection")
 THROTTLED_READ_SIZE = 4 << 10  # a read's size while publish limits apply
 HIGH_WATER_BYTES = 4 << 20  # stop delivering to a connection whose output is this far behind
 LOW_WATER_BYTES = 1 << 20
+PUBLISHES = -1  # handle_events: a run of publishes (a run of acks is named by its channel)
 
 
 class Session:
@@ -208,17 +211,36 @@ class Session:
     # -- events ---------------------------------------------------------------------------
 
     async def handle_events(self, events: Iterable[Event]) -> None:
-        batch: list[Publish] = []
+        """A read's events in order; publishes in a row go as one batch, and so do acks in a
+        row on one channel."""
+        run: list[Any] = []  # publishes, or acks of one channel
+        run_on = PUBLISHES  # the channel of the acks in the run
         for event in events:
             if isinstance(event, Publish):
-                batch.append(event)
+                on = PUBLISHES
+            elif isinstance(event, ChannelMethod) and type(event.method) is Basic.Ack:
+                on = event.channel
+            else:
+                if run:
+                    await self._handle_run(run_on, run)
+                    run = []
+                await self._handle(event)
                 continue
-            if batch:
-                await publish_batch(self, batch)
-                batch = []
-            await self._handle(event)
-        if batch:
-            await publish_batch(self, batch)
+            if run and on != run_on:
+                await self._handle_run(run_on, run)
+                run = []
+            run_on = on
+            run.append(event if on == PUBLISHES else event.method)
+        if run:
+            await self._handle_run(run_on, run)
+
+    async def _handle_run(self, on: int, run: list[Any]) -> None:
+        if on == PUBLISHES:
+            await publish_batch(self, run)
+        elif len(run) == 1:
+            await self._handle(ChannelMethod(on, run[0]))
+        else:
+            await basic_acks(self, on, run)
 
     async def _handle(self, event: Event) -> None:
         if isinstance(event, ChannelMethod):
