@@ -1,8 +1,9 @@
 """Consumer worker: one process, one connection, a consumer on each of its queues.
 
 Consumer tags are ``c<index>`` so a delivery maps to its queue with one dict lookup. Every
-received batch is acknowledged with one ``basic.ack(multiple=True)`` per channel; a paced
-consumer (``ack_interval_s``) instead acks one message at a time (the slow consumer).
+received batch is acknowledged with one ``basic.ack(multiple=True)`` per channel, or with one
+``basic.ack`` per message (``ack_each``) written together; a paced consumer
+(``ack_interval_s``) instead acks one message at a time (the slow consumer).
 Each queue's sequence numbers are checked in a bytearray: a second sighting is a duplicate,
 what is never seen is lost. Latency is receive time minus the send time in the body.
 """
@@ -31,6 +32,7 @@ class ConsumePlan:
     no_ack: bool
     deadline_mono: float
     ack_interval_s: float = 0.0  # > 0: ack single messages at this pace
+    ack_each: bool = False  # ack every delivery on its own (one write per read)
     consumers_per_channel: int = 500  # 10k consumers must fit in channel_max
 
 
@@ -74,6 +76,8 @@ def consume(plan: ConsumePlan, link: WorkerLink) -> dict[str, Any]:
     snapshot: list[int] | None = None
     to_ack: dict[int, int] = {}  # channel -> highest delivery tag received
     paced: deque[tuple[int, int]] = deque()  # (channel, tag) for the paced consumer
+    ack_each = plan.ack_each and not plan.no_ack
+    each: list[bytes] = []  # this read's single acks (ack_each)
     next_ack = 0.0
     sock, parser = conn.sock, conn.parser
     deliveries = parser.deliveries
@@ -129,12 +133,17 @@ def consume(plan: ConsumePlan, link: WorkerLink) -> dict[str, Any]:
                 redelivered += 1
             lat_append((now - sent_ns) // 1000)
             to_ack[channel] = dtag
+            if ack_each:
+                each.append(basic_ack(channel, dtag, False))
         received += len(deliveries)
         if plan.ack_interval_s:  # prefetch is small here: one entry per delivery is fine
             paced.extend((d[0], d[2]) for d in deliveries)
         deliveries.clear()
         if plan.no_ack or plan.ack_interval_s:
             to_ack.clear()
+        elif ack_each:
+            sock.sendall(b"".join(each))
+            each.clear()
         else:
             sock.sendall(b"".join(basic_ack(ch, tag, True) for ch, tag in to_ack.items()))
             to_ack.clear()

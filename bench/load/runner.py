@@ -210,6 +210,7 @@ class Run:
             no_ack=self.s.no_ack,
             deadline_mono=self.deadline,
             ack_interval_s=ack_interval_s,
+            ack_each=self.s.ack_each,
         )
 
     # -- processes ---------------------------------------------------------------------------

@@ -29,6 +29,7 @@ class Scenario:
     fanout: bool = False  # one fanout exchange bound to every queue (else default exchange)
     prefetch: int = 1000
     no_ack: bool = False
+    ack_each: bool = False  # one basic.ack per message (multiple=false), as most clients do
     backlog: bool = False  # publish everything with no consumer, then drain
     slow_queues: int = 0  # the first N queues get a consumer that acks 10 msgs/s
     slow_ack_per_s: float = 10.0
@@ -64,6 +65,14 @@ SCENARIOS: dict[str, Scenario] = {
             200_000,
             100,
             description="confirms window 1000, persistent 100 B, durable queue, ack prefetch 1000",
+        ),
+        Scenario(
+            "ack-each-100b",
+            200_000,
+            100,
+            ack_each=True,
+            description="confirm-durable-100b with a consumer that acks every message on its "
+            "own (pika's basic_ack(tag) per message, Celery, most Java consumers)",
         ),
         Scenario(
             "transient-autoack",

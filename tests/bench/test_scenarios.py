@@ -25,6 +25,7 @@ SCALE = 0.001  # 200 messages for confirm-durable-100b, 1,000 for backlog-1m
     ("name", "deliveries"),
     [
         ("confirm-durable-100b", 200),
+        ("ack-each-100b", 200),  # one basic.ack per message
         ("transient-autoack", 500),
         ("fanout-10", 500),  # 50 publishes to 10 queues
         ("many-queues-1k", 100),  # 1,000 queues, most get nothing: shares count only the rest
