@@ -16,14 +16,13 @@ from storage.errors import RecordTooLarge
 from storage.log import commit_log
 from storage.record import CLOSES, HEADER, DispatchRun, Record, check_record
 from storage.record_encode import DestinationCache
+from tests.harness.twins import built_twin
 
 PROPERTY = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def compiled() -> Any:
-    twin = twins.compiled_twin(record_encode)
-    assert twin is not None, "storage/record_encode.py's compiled twin is not built: scripts/setup"
-    return twin
+    return built_twin(record_encode)
 
 
 def test_the_commit_log_uses_the_compiled_twin_unless_pure_is_forced() -> None:

@@ -27,13 +27,13 @@ from gateway.amqp.methods import decode_method
 from storage import twins
 from tests.gateway.amqp.helpers import frame, publish
 from tests.harness.processes import REPO
+from tests.harness.twins import built_twin
 
 PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def compiled(pure: ModuleType) -> ModuleType:
-    twin = twins.compiled_twin(pure)
-    assert twin is not None, f"{pure.__name__}'s compiled twin is not built: scripts/setup"
+    twin: ModuleType = built_twin(pure)
     return twin
 
 

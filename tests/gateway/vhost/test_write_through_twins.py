@@ -14,15 +14,14 @@ from hypothesis import strategies as st
 
 from gateway.vhost import host, write_through
 from storage import AppendResult, Record, StoredMessage, twins
+from tests.harness.twins import built_twin
 
 PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DESTINATIONS = [(1, 0), (1, 1), (2, 0), (3, 0), (4, 2)]
 
 
 def compiled() -> Any:
-    twin = twins.compiled_twin(write_through)
-    assert twin is not None, "gateway/vhost/write_through.py's compiled twin is not built"
-    return twin
+    return built_twin(write_through)
 
 
 def test_the_vhost_uses_the_compiled_twin_unless_pure_is_forced() -> None:
