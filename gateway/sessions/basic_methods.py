@@ -8,13 +8,21 @@ in tx mode) settle deliveries through the session.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from typing import TYPE_CHECKING
 
 from pamqp import commands
 
 from gateway.amqp import frame_writer
-from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotAllowed, PreconditionFailed
+from gateway.amqp.errors import (
+    AccessRefused,
+    AMQPError,
+    AMQPNotImplemented,
+    InternalError,
+    NotAllowed,
+    PreconditionFailed,
+)
 from gateway.features import stream as stream_queue
 from gateway.features.direct_reply import REPLY_QUEUE
 from gateway.queues.runtime import QueueRuntime
@@ -30,6 +38,8 @@ from gateway.sessions.method_support import (
 
 if TYPE_CHECKING:
     from gateway.sessions.session import Session
+
+log = logging.getLogger("mqgw.connection")
 
 
 # -- basic ------------------------------------------------------------------------------
@@ -235,17 +245,26 @@ async def basic_acks(session: Session, number: int, acks: list[commands.Basic.Ac
             settle_tags(session, channel, "ack", m.delivery_tag, m.multiple, False)
         return
     deliveries: list[Delivery] = []
-    unknown = None
-    for m in acks:
-        tag, multiple = m.delivery_tag, m.multiple
-        if (tag == 0 and multiple) or tag in channel.unacked:
-            deliveries += channel.pop_deliveries(tag, multiple)
-        else:
-            unknown = PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
-            break
-    session.settle(channel, deliveries, None)
-    if unknown is not None:
-        await session.fail(channel, unknown)
+    error: AMQPError | None = None
+    try:
+        for m in acks:
+            tag, multiple = m.delivery_tag, m.multiple
+            if (tag == 0 and multiple) or tag in channel.unacked:
+                deliveries += channel.pop_deliveries(tag, multiple)
+            else:
+                error = PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
+                break
+        session.settle(channel, deliveries, None)
+    except Exception:  # as Session._handle reports a handler's failure
+        log.exception(
+            "connection %s: internal error settling %d acks",
+            session.id,
+            len(acks),
+            extra={"connection": session.name},
+        )
+        error = InternalError("internal error, see the server log")
+    if error is not None:
+        await session.fail(channel, error)
 
 
 async def basic_nack(session: Session, channel: ChannelState, m: commands.Basic.Nack) -> None:
