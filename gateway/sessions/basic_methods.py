@@ -8,21 +8,13 @@ in tx mode) settle deliveries through the session.
 from __future__ import annotations
 
 import base64
-import logging
 import os
 from typing import TYPE_CHECKING
 
 from pamqp import commands
 
 from gateway.amqp import frame_writer
-from gateway.amqp.errors import (
-    AccessRefused,
-    AMQPError,
-    AMQPNotImplemented,
-    InternalError,
-    NotAllowed,
-    PreconditionFailed,
-)
+from gateway.amqp.errors import AccessRefused, AMQPNotImplemented, NotAllowed, PreconditionFailed
 from gateway.features import stream as stream_queue
 from gateway.features.direct_reply import REPLY_QUEUE
 from gateway.queues.runtime import QueueRuntime
@@ -38,8 +30,6 @@ from gateway.sessions.method_support import (
 
 if TYPE_CHECKING:
     from gateway.sessions.session import Session
-
-log = logging.getLogger("mqgw.connection")
 
 
 # -- basic ------------------------------------------------------------------------------
@@ -217,10 +207,7 @@ def settle_tags(
         channel.tx_actions.append(TxAction(kind, tag, multiple, requeue))
         return
     method_id = _SETTLE_METHOD_IDS[kind]
-    if (tag == 0 and multiple) or tag in channel.unacked:
-        deliveries = channel.pop_deliveries(tag, multiple)
-    else:
-        raise PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+    deliveries = _named(channel, tag, multiple, method_id)
     if kind != "ack":  # an ack settles stream deliveries too: no look per delivery for it
         stream = next((d.queue for d in deliveries if stream_queue.is_stream(d.queue)), None)
         if stream is not None:
@@ -228,43 +215,35 @@ def settle_tags(
     session.settle(channel, deliveries, None if kind == "ack" else requeue)
 
 
+def _named(channel: ChannelState, tag: int, multiple: bool, method_id: int) -> list[Delivery]:
+    """The deliveries an ack, nack or reject names, taken off the channel; PRECONDITION_FAILED
+    for a tag that is not outstanding (``multiple`` with tag 0: every one)."""
+    if (tag == 0 and multiple) or tag in channel.unacked:
+        return channel.pop_deliveries(tag, multiple)
+    raise PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+
+
 async def basic_ack(session: Session, channel: ChannelState, m: commands.Basic.Ack) -> None:
     settle_tags(session, channel, "ack", m.delivery_tag, m.multiple, False)
 
 
-async def basic_acks(session: Session, number: int, acks: list[commands.Basic.Ack]) -> None:
+async def basic_acks(
+    session: Session, channel: ChannelState, acks: list[commands.Basic.Ack]
+) -> None:
     """Several basic.acks in a row on one channel (a client that acks every message on its
     own) settled at once: what basic_ack one after the other does, with one settle. An
-    unknown tag settles those before it and then closes the channel, as it would; the acks
-    after it are dropped, as on a closing channel."""
-    channel = session.channels.get(number)
-    if channel is None or channel.closing:
-        return
+    unknown tag settles those before it and then raises (the channel closes, and the acks
+    after it are dropped, as on a closing channel)."""
     if channel.tx_mode:
         for m in acks:
             settle_tags(session, channel, "ack", m.delivery_tag, m.multiple, False)
         return
     deliveries: list[Delivery] = []
-    error: AMQPError | None = None
     try:
         for m in acks:
-            tag, multiple = m.delivery_tag, m.multiple
-            if (tag == 0 and multiple) or tag in channel.unacked:
-                deliveries += channel.pop_deliveries(tag, multiple)
-            else:
-                error = PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
-                break
+            deliveries += _named(channel, m.delivery_tag, m.multiple, _SETTLE_METHOD_IDS["ack"])
+    finally:
         session.settle(channel, deliveries, None)
-    except Exception:  # as Session._handle reports a handler's failure
-        log.exception(
-            "connection %s: internal error settling %d acks",
-            session.id,
-            len(acks),
-            extra={"connection": session.name},
-        )
-        error = InternalError("internal error, see the server log")
-    if error is not None:
-        await session.fail(channel, error)
 
 
 async def basic_nack(session: Session, channel: ChannelState, m: commands.Basic.Nack) -> None:

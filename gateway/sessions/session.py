@@ -12,14 +12,14 @@ can be coalesced with multiple=true.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from pamqp.commands import Basic
 
 from gateway.amqp import (
     AMQPError,
@@ -32,7 +32,6 @@ from gateway.amqp import (
     ConnectionCloseSent,
     Event,
     HeartbeatTimeout,
-    Publish,
     SecretUpdateRequested,
     ServerConnection,
     VHostOpenRequested,
@@ -48,6 +47,7 @@ from gateway.sessions.batch_publish import publish_batch
 from gateway.sessions.channel_state import ChannelState, Consumer, Delivery
 from gateway.sessions.confirms import ConfirmItem, send_confirms
 from gateway.sessions.connection_limits import count_out
+from gateway.sessions.event_runs import PUBLISHES, event_runs
 from gateway.sessions.handlers import handle_method
 from gateway.sessions.handshake import authenticate, open_vhost, update_secret
 from gateway.sessions.taps import SessionTap
@@ -64,7 +64,6 @@ log = logging.getLogger("mqgw.connection")
 THROTTLED_READ_SIZE = 4 << 10  # a read's size while publish limits apply
 HIGH_WATER_BYTES = 4 << 20  # stop delivering to a connection whose output is this far behind
 LOW_WATER_BYTES = 1 << 20
-PUBLISHES = -1  # handle_events: a run of publishes (a run of acks is named by its channel)
 
 
 class Session:
@@ -205,65 +204,29 @@ class Session:
         self.pending_bytes += len(body) + 128
         if self.pending_bytes + self.sending_bytes > HIGH_WATER_BYTES:
             self.writable = False
-        if not self.dirty_marked:
+        if not self.dirty_marked:  # mark_dirty's own test, without its call per delivery
             self.mark_dirty()
 
     # -- events ---------------------------------------------------------------------------
 
     async def handle_events(self, events: Iterable[Event]) -> None:
         """A read's events in order; publishes in a row go as one batch, and so do acks in a
-        row on one channel."""
-        run: list[Any] = []  # publishes, or acks of one channel
-        run_on = PUBLISHES  # the channel of the acks in the run
-        for event in events:
-            if isinstance(event, Publish):
-                on = PUBLISHES
-            elif isinstance(event, ChannelMethod) and type(event.method) is Basic.Ack:
-                on = event.channel
+        row on one channel (gateway/sessions/event_runs.py)."""
+        for on, run in event_runs(events):
+            if on == PUBLISHES:
+                await publish_batch(self, run)
+            elif on is None or len(run) == 1:
+                await self._handle(run[0])
             else:
-                if run:
-                    await self._handle_run(run_on, run)
-                    run = []
-                await self._handle(event)
-                continue
-            if run and on != run_on:
-                await self._handle_run(run_on, run)
-                run = []
-            run_on = on
-            run.append(event if on == PUBLISHES else event.method)
-        if run:
-            await self._handle_run(run_on, run)
-
-    async def _handle_run(self, on: int, run: list[Any]) -> None:
-        if on == PUBLISHES:
-            await publish_batch(self, run)
-        elif len(run) == 1:
-            await self._handle(ChannelMethod(on, run[0]))
-        else:
-            await basic_acks(self, on, run)
+                acks = [event.method for event in run]
+                await self._on_channel(on, acks[0], functools.partial(basic_acks, self, acks=acks))
 
     async def _handle(self, event: Event) -> None:
         if isinstance(event, ChannelMethod):
-            channel = self.channels.get(event.channel)
-            if channel is None or channel.closing:
-                return
-            try:
-                await handle_method(self, channel, event.method)
-            except AMQPError as error:
-                await self.fail(channel, error)
-            except MetaError as error:  # a metadata call outside meta_call (Redis away, say)
-                index = event.method.index
-                await self.fail(channel, amqp_error(error, index >> 16, index & 0xFFFF))
-            except BrokerUnavailable as error:  # the queue's broker group is down
-                await self._broker_unavailable(channel, event.method, error)
-            except Exception:
-                log.exception(
-                    "connection %s: internal error handling %s",
-                    self.id,
-                    event.method,
-                    extra={"connection": self.name},
-                )
-                await self.fail(channel, InternalError("internal error, see the server log"))
+            method = event.method
+            await self._on_channel(
+                event.channel, method, lambda channel: handle_method(self, channel, method)
+            )
         elif isinstance(event, AuthRequested):
             await authenticate(self, event)
         elif isinstance(event, VHostOpenRequested):
@@ -297,6 +260,33 @@ class Session:
         else:
             await self.drop_channel(channel.number)
             self.conn.close_channel(channel.number, error)
+
+    async def _on_channel(
+        self, number: int, method: Any, handle: Callable[[ChannelState], Awaitable[None]]
+    ) -> None:
+        """``handle`` on channel ``number`` if it is open, its failure reported on it as its
+        ``method``'s: an AMQP error as is, Redis or a broker group away as such, anything
+        else logged and answered with 541."""
+        channel = self.channels.get(number)
+        if channel is None or channel.closing:
+            return
+        try:
+            await handle(channel)
+        except AMQPError as error:
+            await self.fail(channel, error)
+        except MetaError as error:  # a metadata call outside meta_call (Redis away, say)
+            index = method.index
+            await self.fail(channel, amqp_error(error, index >> 16, index & 0xFFFF))
+        except BrokerUnavailable as error:  # the queue's broker group is down
+            await self._broker_unavailable(channel, method, error)
+        except Exception:
+            log.exception(
+                "connection %s: internal error handling %s",
+                self.id,
+                method,
+                extra={"connection": self.name},
+            )
+            await self.fail(channel, InternalError("internal error, see the server log"))
 
     async def _broker_unavailable(
         self, channel: ChannelState, method: Any, error: BrokerUnavailable
