@@ -178,21 +178,17 @@ def cut_inbound(buf, pos, frame_max, max_body, accept, make_publish, make_ack, o
         size = PyByteArray_GET_SIZE(buf)
         if not _find(data, size, start, limit, &cut):
             channel = _ack_channel(data, size, start, limit)
-            if channel < 0:
+            if channel < 0 or not _accepted(channel, last, accepted, accept):
                 break
-            if channel != last and channel not in accepted:
-                if not accept(channel):
-                    break
-                accepted.add(channel)
-                if PyByteArray_GET_SIZE(buf) < start + ACK_FRAME:  # accept() shrank buf
-                    ack = _pure.cut_ack(buf, start, frame_max, lambda _channel: True)
-                    if ack is None:
-                        break
-                    start, (channel_number, delivery_tag, multiple) = ack
-                    out.append(make_ack(channel_number, delivery_tag, multiple))
-                    continue
-                data = <const uint8_t*>PyByteArray_AS_STRING(buf)
             last = channel
+            if PyByteArray_GET_SIZE(buf) < start + ACK_FRAME:  # accept() shrank buf
+                ack = _pure.cut_ack(buf, start, frame_max, lambda _channel: True)
+                if ack is None:
+                    break
+                start, (channel_number, delivery_tag, multiple) = ack
+                out.append(make_ack(channel_number, delivery_tag, multiple))
+                continue
+            data = <const uint8_t*>PyByteArray_AS_STRING(buf)  # accept() ran Python code
             out.append(
                 make_ack(
                     channel,
@@ -202,20 +198,18 @@ def cut_inbound(buf, pos, frame_max, max_body, accept, make_publish, make_ack, o
             )
             start += ACK_FRAME
             continue
-        if cut.channel != last and cut.channel not in accepted:
-            if not accept(cut.channel):
-                break
-            accepted.add(cut.channel)
-            if PyByteArray_GET_SIZE(buf) <= cut.body_end:  # accept() shrank buf
-                channel_number, method, properties, body = _frames(buf, &cut)
-                head = _pure.publish_head(method)
-                if head is None or len(body) > max_body:
-                    break
-                out.append(make_publish(channel_number, *head, properties, body))
-                start = cut.body_end + 1
-                continue
-            data = <const uint8_t*>PyByteArray_AS_STRING(buf)
+        if not _accepted(cut.channel, last, accepted, accept):
+            break
         last = cut.channel
+        if PyByteArray_GET_SIZE(buf) <= cut.body_end:  # accept() shrank buf
+            channel_number, method, properties, body = _frames(buf, &cut)
+            head = _pure.publish_head(method)
+            if head is None or len(body) > max_body:
+                break
+            out.append(make_publish(channel_number, *head, properties, body))
+            start = cut.body_end + 1
+            continue
+        data = <const uint8_t*>PyByteArray_AS_STRING(buf)  # accept() ran Python code
         if cut.body_end - cut.body_start > body_limit:
             break
         head = _head(data, cut.method_start, cut.method_end)
@@ -234,6 +228,17 @@ def cut_inbound(buf, pos, frame_max, max_body, accept, make_publish, make_ack, o
         out.append(publish)
         start = cut.body_end + 1
     return start
+
+
+cdef bint _accepted(long long channel, long long last, set accepted, object accept) except -1:
+    """Whether ``channel`` takes the fast path: asked of ``accept`` once per read (``last``,
+    the channel of the frame before, saves the set's lookup in the common case)."""
+    if channel == last or channel in accepted:
+        return True
+    if not accept(channel):
+        return False
+    accepted.add(channel)
+    return True
 
 
 cdef long long _ack_channel(
