@@ -13,6 +13,7 @@ from pamqp import commands
 from gateway.amqp.errors import PreconditionFailed
 from gateway.sessions.basic_methods import basic_acks
 from gateway.sessions.channel_state import ChannelState, Delivery
+from tests.gateway.sessions.channels import channel_with_deliveries
 
 
 class SettleLog:
@@ -23,20 +24,12 @@ class SettleLog:
         self.settled.append(([d.partition for d in deliveries], requeue))
 
 
-def _channel(count: int) -> ChannelState:
-    channel = ChannelState(1, session=cast(Any, None))
-    for _ in range(count):
-        tag = channel.take_tag()
-        channel.unacked[tag] = Delivery(cast(Any, None), tag, cast(Any, None), None)
-    return channel
-
-
 def _acks(*tags: int, multiple: bool = False) -> list[commands.Basic.Ack]:
     return [commands.Basic.Ack(tag, multiple) for tag in tags]
 
 
 def test_acks_before_an_unknown_tag_are_settled_then_406() -> None:
-    session, channel = SettleLog(), _channel(5)
+    session, channel = SettleLog(), channel_with_deliveries(5)
     with pytest.raises(PreconditionFailed, match="unknown delivery tag 9") as raised:
         anyio.run(basic_acks, cast(Any, session), channel, _acks(2, 1, 9, 3))
     assert (raised.value.class_id, raised.value.method_id) == (60, 80)
@@ -45,14 +38,14 @@ def test_acks_before_an_unknown_tag_are_settled_then_406() -> None:
 
 
 def test_a_run_of_known_acks_is_one_settle() -> None:
-    session, channel = SettleLog(), _channel(6)
+    session, channel = SettleLog(), channel_with_deliveries(6)
     anyio.run(basic_acks, cast(Any, session), channel, [*_acks(4, 1), *_acks(3, multiple=True)])
     assert session.settled == [([4, 1, 2, 3], None)]
     assert sorted(channel.unacked) == [5, 6]
 
 
 def test_in_tx_mode_each_ack_waits_for_the_commit() -> None:
-    session, channel = SettleLog(), _channel(3)
+    session, channel = SettleLog(), channel_with_deliveries(3)
     channel.tx_mode = True
     anyio.run(basic_acks, cast(Any, session), channel, _acks(1, 9))
     assert session.settled == []

@@ -3,20 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sessions.channel_state import ChannelState, Delivery
-
-
-def _channel(count: int) -> ChannelState:
-    channel = ChannelState(1, session=cast(Any, None))
-    for _ in range(count):
-        tag = channel.take_tag()
-        channel.unacked[tag] = Delivery(cast(Any, None), tag, cast(Any, None), None)
-    return channel
+from tests.gateway.sessions.channels import channel_with_deliveries
 
 
 @given(
@@ -24,7 +14,7 @@ def _channel(count: int) -> ChannelState:
     acks=st.lists(st.tuples(st.integers(0, 45), st.booleans()), max_size=12),
 )
 def test_an_ack_takes_exactly_the_tags_it_names(count: int, acks: list[tuple[int, bool]]) -> None:
-    channel = _channel(count)
+    channel = channel_with_deliveries(count)
     outstanding = list(range(1, count + 1))
     for tag, multiple in acks:
         if multiple:
