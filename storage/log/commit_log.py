@@ -92,6 +92,19 @@ class CommitLog:
             return last.start + self.segment_size
         return last.end
 
+    def written_past(self, offset: int) -> int:
+        """Bytes written at or past ``offset`` (what a flush that reached ``offset`` has yet to
+        make durable). Offsets are logical: the skipped tail of a segment sealed early by a
+        filler (up to a whole segment) costs nothing on disk, so it is not counted."""
+        total = max(0, self.write_offset - offset)
+        for segment in reversed(self.files.segments):
+            end = segment.start + self.segment_size
+            if end <= offset:
+                break
+            if segment.start in self.sealed_ts_ms:
+                total -= max(0, min(end, self.write_offset) - max(segment.end, offset))
+        return total
+
     @property
     def min_offset(self) -> int:
         return self.files.min_offset if self.files.segments else self.write_offset

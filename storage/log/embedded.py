@@ -107,7 +107,7 @@ class EmbeddedStore:
         return result
 
     async def backlog_bytes(self) -> int:
-        return max(0, self.log.commit_log.write_offset - self.log.durable_offset)
+        return self.log.commit_log.written_past(self.log.durable_offset)
 
     async def wait_durable(self, end_offset: int) -> None:
         if self._sync:

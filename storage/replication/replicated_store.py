@@ -103,7 +103,7 @@ class ReplicatedStore(SlaveServing):
                 await changed.wait()
 
     async def backlog_bytes(self) -> int:
-        return max(0, self.log.commit_log.write_offset - self.confirmed)
+        return self.log.commit_log.written_past(self.confirmed)
 
     async def read(
         self, queue_id: int, partition: int, offset: int, max_count: int = 256,

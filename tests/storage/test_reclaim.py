@@ -173,3 +173,35 @@ async def test_a_drained_active_segment_is_sealed_early_and_reclaimed(tmp_path: 
         assert [bytes(m.body[:5]) for m in got.messages] == [b"after"]
     async with open_embedded_store(config) as store:  # and it reopens where it was
         assert [bytes(m.body[:5]) for m in (await store.read(2, 0, 1)).messages] == [b"after"]
+
+
+@pytest.mark.anyio
+async def test_sealing_early_adds_no_backlog_to_make_durable(tmp_path: Path) -> None:
+    """The seal's filler skips up to a whole segment of logical offsets, but writes one
+    small record: the store backlog (the alarm that blocks publishers) counts bytes written
+    and not yet durable, not offsets. Counting offsets, a publish batch between the seal
+    and its fsync read about 1 GiB of backlog and blocked every publisher."""
+    config = dataclasses.replace(
+        small_config(tmp_path), segment_size_bytes=1 << 30, max_record_bytes=4096,
+        roll_consumed_bytes=64 << 10, cq_entries_per_segment=1000,
+    )  # fmt: skip
+    async with open_embedded_store(config) as store:
+        await store.create_queue(1, 1)
+        for i in range(400):  # ~ 100 KiB
+            await store.append([rec(b"%05d" % i + FILL, (1, 0))])
+        await store.commit_offset(QUEUE_GROUP, 1, 0, 400)
+        await store.persist_offsets()
+        await store.checkpoint()
+        assert await store.backlog_bytes() == 0
+        late = await store.append([rec(b"late" + FILL, (1, 0))], wait_durable=False)
+        written = late.end_offset - store.log.durable_offset
+        assert await store.backlog_bytes() == written
+        await store.commit_offset(QUEUE_GROUP, 1, 0, 401)
+        assert store.log.seal_consumed_active() is True
+        assert store.log.commit_log.write_offset == 1 << 30
+        # The record and the filler's header, not the skipped rest of the segment.
+        assert written < await store.backlog_bytes() <= written + 64
+        after = await store.append([rec(b"after" + FILL, (1, 0))], wait_durable=False)
+        assert await store.backlog_bytes() <= written + 64 + (after.end_offset - (1 << 30))
+        await store.wait_durable(after.end_offset)
+        assert await store.backlog_bytes() == 0
