@@ -73,7 +73,8 @@ class ConnectionOutput(ConnectionCore):
         body: frame_writer.Buffer,
     ) -> bool:
         """Queue basic.deliver with its content; False if the channel is gone."""
-        if not self._can_send(channel):
+        # _can_send without its call (a delivery is never on channel 0).
+        if self.state is not ConnectionState.OPEN or not self._channels.is_open(channel):
             return False
         frames = frame_writer.deliver(
             channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key,

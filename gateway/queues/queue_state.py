@@ -62,6 +62,9 @@ class QueueState:
         self.name = definition.name
         self.queue_id = definition.queue_id
         self.partitions = definition.partitions
+        # Broadcast consumption (gateway/features/broadcast.py): its consumers read through
+        # their own positions. A declare's arguments never change: decided once.
+        self.broadcast = definition.arguments.get("x-consume-mode") == "broadcast"
         # The gray partitions (gateway/queues/gray_lanes.py) and the rest; no gray ones: ().
         self.gray_parts: tuple[int, ...] = ()
         self.normal_parts: tuple[int, ...] = tuple(range(self.partitions))

@@ -149,7 +149,7 @@ class QueueRuntime(
             and type(self.choice) is ConsumerChoice
             and self.partitions == 1
             and arguments.get("x-queue-type", "classic") == "classic"
-            and arguments.get("x-consume-mode") != "broadcast"
+            and not self.broadcast
             and not b.has_limits
             and b.breaker is None
             and b.message_ttl_ms is None
@@ -308,7 +308,8 @@ class QueueRuntime(
 
     def pump(self, quota: int, now: float) -> PumpResult:
         """Deliver up to ``quota`` messages to consumers with credit (and within the rate)."""
-        if self.paused or not self.may_serve():
+        # Every may_serve says yes without leases (the embedded node): no call per turn there.
+        if self.paused or (self.leases is not None and not self.may_serve()):
             return PumpResult.PAUSED
         limit = self.rate_limit
         if limit is not None:
@@ -328,7 +329,9 @@ class QueueRuntime(
 
     def _pump(self, quota: int, byte_limit: TokenBucket | None, now: float) -> PumpResult:
         delivered = 0
-        now_ms = self.clock.wall_ms()
+        # The wall clock only where a queue TTL is read at the head; take() reads it for a
+        # message of its own expiration (most queues have neither: no call per turn).
+        now_ms = self.clock.wall_ms() if self.behaviour.message_ttl_ms is not None else None
         next_consumer = self.next_consumer
         while delivered < quota:
             if not self.has_buffered():

@@ -102,7 +102,9 @@ class PushScheduler:
         except Exception:  # as in a turn: logged, and the publisher goes on
             log.exception("push to queue %r failed", queue.name)
             return
-        if result is not PumpResult.QUOTA_USED or queue.ready_count <= FLOW_LOW:
+        if queue.caught_up_event is not None and (
+            result is not PumpResult.QUOTA_USED or queue.ready_count <= FLOW_LOW
+        ):
             queue.release_publishers()
         if result is PumpResult.QUOTA_USED:
             self.wake(queue)

@@ -218,9 +218,9 @@ class StoreReads(QueueState):
             return False
         if self.leases is not None and not all(self.leases):
             return False  # cluster: another gateway delivers it, or take_over is under way
-        if self.definition.arguments.get("x-consume-mode") == "broadcast":
+        if self.broadcast:
             return False  # its consumers read through their own positions
-        if len(self.buffer) >= LOW_WATER:
+        if self.buffer and len(self.buffer) >= LOW_WATER:
             return False
         qid = self.queue_id
         cursors = self.cursors

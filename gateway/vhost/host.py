@@ -237,8 +237,8 @@ class VirtualHost:
         absorbed = self._absorb(records, result) if result is not None else set()
         for queue in queues:
             queue.appends_done += 1
-            if queue.behaviour.has_limits and queue.over_limit():
-                await queue.enforce_limits()
+            if not queue.plain and queue.behaviour.has_limits and queue.over_limit():
+                await queue.enforce_limits()  # (a plain queue has no limits: no look)
             if queue in absorbed:
                 self.scheduler.serve_fed(queue)
             else:
