@@ -199,45 +199,40 @@ class QueueRuntime(
         Expired messages met at the head on the way leave the queue (a TTL of 0 still lets a
         message go to a consumer that can take it at once, as in RabbitMQ).
         """
+        behaviour = self.behaviour
         while True:
             taken = self._pop_head(lane)
             if taken is None:
                 return None
             partition, message, redelivered = taken
+            # One unpack for the fields read below (each attribute read is a lookup).
+            offset, _, _, _, _, body, _, store_ts, flags = message
             leases = self.leases
             if leases is not None and (
                 not leases[partition] or (self.leaving and partition in self.leaving)
             ):
                 self.park(partition, message)  # its lease is on its way to another gateway
                 continue
-            if self.behaviour.message_ttl_ms is not None or message.flags & EXPIRES:
-                deadline = deadline_ms(message, self.behaviour.message_ttl_ms)
+            if behaviour.message_ttl_ms is not None or flags & EXPIRES:
+                deadline = deadline_ms(message, behaviour.message_ttl_ms)
                 now = self.clock.wall_ms() if now_ms is None else now_ms
-                if deadline is not None and deadline < now and deadline != message.store_ts_ms:
+                if deadline is not None and deadline < now and deadline != store_ts:
                     self.leave(partition, message, "expired")
                     continue
             self.ready_count -= 1
-            self.ready_bytes -= len(message.body)
-            if (
-                message.queue_offset < self.restart_below[partition]
-                and not message.flags & PERSISTENT
-            ):
+            self.ready_bytes -= len(body)
+            if offset < self.restart_below[partition] and not flags & PERSISTENT:
                 self.commit_dirty = True  # a transient message from before the restart: gone
                 continue
-            offset = message.queue_offset
             self.inflight[partition].add(offset)
             if offset >= self.delivered_below[partition]:
                 self.delivered_below[partition] = offset + 1
-            if self.behaviour.counts_deliveries:
-                returned = self.returns.get((partition, message.queue_offset), 0)
-                message = stamped(message, returned)
-            return (
-                partition,
-                message,
-                redelivered
-                or bool(message.flags & REDELIVERED)
-                or message.queue_offset < self.maybe_delivered[partition],
+            if behaviour.counts_deliveries:
+                message = stamped(message, self.returns.get((partition, offset), 0))
+            redelivered = (
+                redelivered or bool(flags & REDELIVERED) or offset < self.maybe_delivered[partition]
             )
+            return partition, message, redelivered
 
     async def get(self, lane: int = LANE_ALL) -> tuple[int, StoredMessage, bool] | None:
         """basic.get: take the next message, reading from the store if need be (``lane``:
