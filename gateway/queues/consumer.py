@@ -25,6 +25,13 @@ LANE_NORMAL = 0
 LANE_GRAY = 1
 LANE_ALL = 2
 
+# What a delivery adds to its connection's output beyond the body (an estimate the sink
+# counts against its backlog, and a run of deliveries against ``byte_room``).
+DELIVERY_OVERHEAD_BYTES = 128
+
+# A message as taken from a queue for delivery: (partition, message, redelivered).
+Taken = tuple[int, StoredMessage, bool]
+
 
 class DeliverySink(Protocol[C_contra]):
     """The connection a consumer belongs to: where its deliveries are written. Generic in the
@@ -43,6 +50,14 @@ class DeliverySink(Protocol[C_contra]):
         redelivered: bool,
     ) -> None:
         """Frame and send one message to ``consumer``; book it unacked unless no-ack."""
+
+    def deliver_run(self, consumer: C_contra, queue: QueueRuntime, run: list[Taken]) -> None:
+        """``deliver`` for each of ``run`` in order, as one call (a queue's run to one
+        consumer: gateway/queues/runtime.py)."""
+
+    def byte_room(self) -> int:
+        """Bytes of output (bodies plus DELIVERY_OVERHEAD_BYTES each) it takes before a
+        delivery leaves it too far behind to be given more (a consumer's credit then ends)."""
 
 
 class QueueConsumer(Protocol):
@@ -69,3 +84,8 @@ class QueueConsumer(Protocol):
 
     def has_credit_but_rate(self) -> bool:
         """``has_credit`` but for its connection's rate limits: whether only they hold it."""
+
+    def room(self, most: int) -> int:
+        """Called when ``has_credit`` just said yes: how many messages in a row (at most
+        ``most``) it may take before its own deliveries end its credit, its connection's
+        output backlog aside (the sink's ``byte_room``)."""

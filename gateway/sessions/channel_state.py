@@ -62,6 +62,21 @@ class Consumer:
             return False
         return not (channel.prefetch_global and len(channel.unacked) >= channel.prefetch_global)
 
+    def room(self, most: int) -> int:
+        # Within a run only its own deliveries change what has_credit reads: its unacked
+        # counts, and the connection's backlog (the queue stops at sink.byte_room()).
+        if self.channel.session.limits is not None:
+            return 1  # a rate token per delivery: asked for each one
+        if self.no_ack:
+            return most
+        room = most
+        if self.prefetch:
+            room = min(room, self.prefetch - self.unacked)
+        channel = self.channel
+        if channel.prefetch_global:
+            room = min(room, channel.prefetch_global - len(channel.unacked))
+        return room
+
 
 @dataclass(eq=False, slots=True)
 class Delivery:

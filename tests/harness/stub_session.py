@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gateway.queues.consumer import Taken
 from gateway.queues.runtime import QueueRuntime
 from gateway.sessions.channel_state import Consumer
 
@@ -35,6 +36,13 @@ class StubSession:
         consumer.channel.record_delivery(consumer, queue, partition, message, time.monotonic)
         self.deliveries.append((consumer.tag, bytes(message.body), redelivered))
         self.queues.append(queue.name)
+
+    def deliver_run(self, consumer: Consumer, queue: QueueRuntime, run: list[Taken]) -> None:
+        for partition, message, redelivered in run:
+            self.deliver(consumer, queue, partition, message, redelivered)
+
+    def byte_room(self) -> int:
+        return 1 << 62  # no output backlog here
 
     def from_queues(self) -> list[tuple[str, bytes]]:
         """(queue, body) of each delivery, in order."""
