@@ -17,8 +17,9 @@ from gateway.amqp import AMQPError, Publish, frame_writer
 from gateway.sessions.channel_state import ChannelState
 from gateway.sessions.confirms import ConfirmTag
 from gateway.sessions.flow_control import hold_for_publish_rate, hold_for_queues
+from gateway.sessions.publish_lane import route_run as pure_route_run
 from gateway.sessions.publishing import route_publish
-from storage import AppendResult, Record, StoreError
+from storage import AppendResult, Record, StoreError, twins
 from storage.record import PERSISTENT
 
 if TYPE_CHECKING:
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from gateway.sessions.session import Session
 
 log = logging.getLogger("mqgw.connection")
+
+route_run = twins.pick(pure_route_run)  # compiled when built (storage/twins.py)
 
 
 async def publish_batch(session: Session, batch: list[Publish]) -> None:
@@ -37,8 +40,19 @@ async def publish_batch(session: Session, batch: list[Publish]) -> None:
     woken: set[QueueRuntime] = set()
     now_ms = time.time_ns() // 1_000_000
     route_epoch = session.vhost.route_epoch
-    for publish in batch:
-        channel = session.channels.get(publish.channel)
+    channels, by_name = session.channels, session.vhost.queues
+    lane = _lane_open(session)
+    index, end = 0, len(batch)
+    while index < end:
+        if lane:  # the common publishes, up to the first that needs the general path
+            index = route_run(
+                batch, index, channels, by_name, now_ms, records, woken, confirms, confirm_records
+            )
+            if index == end:
+                break
+        publish = batch[index]
+        index += 1
+        channel = channels.get(publish.channel)
         if channel is None or channel.closing:
             continue
         try:
@@ -47,6 +61,7 @@ async def publish_batch(session: Session, batch: list[Publish]) -> None:
             )
         except AMQPError as error:
             await session.fail(channel, error)
+            lane = _lane_open(session)  # a tap or permissions may have changed meanwhile
             continue
         if session.tap is not None:
             record = session.tap.published(channel, publish, record, queues, now_ms)
@@ -91,6 +106,16 @@ async def publish_batch(session: Session, batch: list[Publish]) -> None:
     if session.publish_limits is not None:
         await hold_for_publish_rate(session, batch)
     await hold_for_queues(session, woken)
+
+
+def _lane_open(session: Session) -> bool:
+    """Whether a batch may take the common-publish lane (publish_lane.py): nothing traced,
+    and the default exchange usable and writable for this user (route_publish's checks)."""
+    assert session.vhost is not None
+    if session.tap is not None or session.grants.write.get("") is not True:
+        return False
+    exchange = session.vhost.router.get_exchange("")
+    return exchange is not None and not exchange.internal
 
 
 async def _append(

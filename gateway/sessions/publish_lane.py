@@ -1,0 +1,122 @@
+"""The common publish routed without the general path: to the default exchange, a queue of
+one partition, no headers, user-id, reply-to or expiration, outside tx mode.
+
+``route_run`` takes a batch's publishes from ``start`` while each is that common case, and
+does for each what ``route_publish`` (publishing.py) and ``publish_batch``'s loop
+(batch_publish.py) would: counts it into its queue, makes its store record, and books its
+publisher confirm. It stops at the first publish it leaves to them (an unknown channel, another
+exchange, properties to decode, a queue that may refuse or hand it over at once, anything
+unusual) and returns that index, so the caller routes that one the general way and comes
+back. The caller opens the lane once per batch (``lane_open``): no tap, the default exchange
+usable and writable for this user.
+
+The hot path of every publish, kept apart so that it has a compiled twin:
+``speedups/mqgw_speedups/publish_lane.pyx`` does the same in C, and ``storage.twins`` picks
+it when it is built (``MQGW_PURE_PYTHON=1`` forces this module). This module is the
+reference: tests/gateway/sessions/test_publish_lane.py holds the twins and route_publish
+equal on random batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from storage import Record
+from storage.record import PERSISTENT
+
+if TYPE_CHECKING:
+    from gateway.amqp import Publish
+    from gateway.queues.runtime import QueueRuntime
+    from gateway.sessions.channel_state import ChannelState
+    from gateway.sessions.confirms import ConfirmTag
+
+# tuple.__new__ skips a NamedTuple's Python-level __new__ (a frame per message saved).
+_make_tuple = tuple.__new__
+
+# Property flags (gateway/amqp/property_bytes.py): what sends a publish to the general path,
+# and what lies before delivery-mode in the property bytes.
+_CONTENT_TYPE = 0x8000
+_CONTENT_ENCODING = 0x4000
+_HEADERS = 0x2000
+_DELIVERY_MODE = 0x1000
+_REPLY_TO = 0x0200
+_EXPIRATION = 0x0100
+_USER_ID = 0x0010
+_GENERAL = _HEADERS | _REPLY_TO | _EXPIRATION | _USER_ID
+_REPLY_PREFIX = "amq.rabbitmq.reply-to."  # gateway/features/direct_reply.py: REPLY_PREFIX
+
+
+def route_run(
+    batch: Sequence[Publish],
+    start: int,
+    channels: Mapping[int, ChannelState],
+    queues: Mapping[str, QueueRuntime],
+    now_ms: int,
+    records: list[Record],
+    woken: set[QueueRuntime],
+    confirms: list[ConfirmTag],
+    confirm_records: list[int],
+) -> int:
+    """Route ``batch[start:]`` while each publish is the common case; the index of the first
+    one left to the general path (``len(batch)``: none)."""
+    index = start
+    end = len(batch)
+    while index < end:
+        publish = batch[index]
+        channel = channels.get(publish.channel)
+        if channel is None or channel.closing or channel.tx_mode:
+            return index
+        if publish.exchange or publish.immediate:
+            return index
+        properties = publish.properties_bytes
+        size = len(properties)
+        flags = properties[0] << 8 | properties[1] if size >= 2 else 0
+        if flags & _GENERAL:
+            return index
+        delivery_mode = 0
+        if flags & _DELIVERY_MODE:
+            at = 2
+            if flags & _CONTENT_TYPE:
+                if at >= size:
+                    return index
+                at += 1 + properties[at]
+            if flags & _CONTENT_ENCODING:
+                if at >= size:
+                    return index
+                at += 1 + properties[at]
+            if at >= size:
+                return index
+            delivery_mode = properties[at]
+            if delivery_mode not in (1, 2):
+                return index  # the general path's 406
+        key = publish.routing_key
+        if key.startswith(_REPLY_PREFIX):
+            return index
+        queue = queues.get(key)
+        if queue is None or queue.rejects_publish or queue.partitions != 1:
+            return index
+        if queue.plain and delivery_mode != 2 and not channel.confirm_mode:
+            return index  # maybe handed to a no-ack consumer at once (deliver_now)
+        body = publish.body
+        record_flags = PERSISTENT if delivery_mode == 2 else 0
+        queue.ready_count += 1  # queue.count_in, without its call (no expiration here)
+        queue.ready_bytes += len(body)
+        queue.enqueued += 1
+        fields: tuple[Any, ...] = (
+            b"",
+            key.encode(),
+            properties,
+            body,
+            ((queue.queue_id, 0),),
+            now_ms,
+            record_flags,
+        )
+        records.append(_make_tuple(Record, fields))
+        woken.add(queue)
+        if channel.confirm_mode:
+            confirms.append((channel, channel.next_publish_tag, True))
+            confirm_records.append(len(records) - 1)
+            channel.next_publish_tag += 1
+        index += 1
+    return index
