@@ -3,12 +3,13 @@ one partition, no headers, user-id, reply-to or expiration, outside tx mode.
 
 ``route_run`` takes a batch's publishes from ``start`` while each is that common case, and
 does for each what ``route_publish`` (publishing.py) and ``publish_batch``'s loop
-(batch_publish.py) would: counts it into its queue, makes its store record, and books its
-publisher confirm. It stops at the first publish it leaves to them (an unknown channel, another
-exchange, properties to decode, a queue that may refuse or hand it over at once, anything
+(batch_publish.py) would: hands a transient one without a confirm to a no-ack consumer at
+once when its queue can (``deliver_now``), or counts it into its queue, makes its store
+record and books its publisher confirm. It stops at the first publish it leaves to them (an
+unknown channel, another exchange, properties to decode, a queue that may refuse, anything
 unusual) and returns that index, so the caller routes that one the general way and comes
-back. The caller opens the lane once per batch (``lane_open``): no tap, the default exchange
-usable and writable for this user.
+back. The caller opens the lane once per batch (``_lane_open``): no tap, the default
+exchange usable and writable for this user.
 
 The hot path of every publish, kept apart so that it has a compiled twin:
 ``speedups/mqgw_speedups/publish_lane.pyx`` does the same in C, and ``storage.twins`` picks
@@ -96,9 +97,15 @@ def route_run(
         queue = queues.get(key)
         if queue is None or queue.rejects_publish or queue.partitions != 1:
             return index
-        if queue.plain and delivery_mode != 2 and not channel.confirm_mode:
-            return index  # maybe handed to a no-ack consumer at once (deliver_now)
         body = publish.body
+        if (
+            queue.plain
+            and delivery_mode != 2
+            and not channel.confirm_mode
+            and queue.deliver_now("", key, properties, body, now_ms)
+        ):
+            index += 1  # handed to a no-ack consumer at once: nothing to store
+            continue
         record_flags = PERSISTENT if delivery_mode == 2 else 0
         queue.ready_count += 1  # queue.count_in, without its call (no expiration here)
         queue.ready_bytes += len(body)

@@ -104,10 +104,12 @@ def route_run(batch, Py_ssize_t start, channels, queues, now_ms, records, woken,
         queue = <object>found
         if queue.rejects_publish or queue.partitions != 1:
             return index
-        confirm_mode = channel.confirm_mode
-        if delivery_mode != 2 and queue.plain and not confirm_mode:
-            return index  # maybe handed to a no-ack consumer at once (deliver_now)
         body = publish.body
+        confirm_mode = channel.confirm_mode
+        if (queue.plain and delivery_mode != 2 and not confirm_mode
+                and queue.deliver_now("", key, properties, body, now_ms)):
+            index += 1  # handed to a no-ack consumer at once: nothing to store
+            continue
         queue.ready_count += 1  # queue.count_in, without its call (no expiration here)
         queue.ready_bytes += len(body)
         queue.enqueued += 1

@@ -40,8 +40,8 @@ LANES = [
 NOW_MS = 1_700_000_000_000
 
 QUEUES = {  # name -> (partitions, plain, rejects_publish)
-    "plain": (1, True, False),
-    "durable": (1, False, False),
+    "plain": (1, True, False),  # a transient publish without a confirm may go at once
+    "durable": (1, False, False),  # not plain: stored whatever its consumers
     "refusing": (1, False, True),
     "spread": (3, False, False),
     # Not a name a client can declare: here it tells a lane that checks for direct reply-to
@@ -97,6 +97,7 @@ class World:
             queue = QueueRuntime(definition, cast(Any, None))
             queue.plain, queue.rejects_publish = plain, refusing
             queue.pick_partition = lambda gray=False: 1  # type: ignore[method-assign]
+            queue.deliver_now = self._deliver_now  # type: ignore[method-assign]
             self.queues[name] = queue
         vhost = SimpleNamespace(name="/", queues=self.queues, router=router)
         self.session = SimpleNamespace(
@@ -117,10 +118,19 @@ class World:
             channel.closing = mode == "closing"
             channel.next_publish_tag = 10 * number
             self.channels[number] = channel
+        self.handed: list[tuple[str, bytes]] = []  # deliver_now's deliveries
         self.records: list[Record] = []
         self.woken: set[QueueRuntime] = set()
         self.confirms: list[Any] = []
         self.confirm_records: list[int] = []
+
+    def _deliver_now(self, exchange: str, key: str, properties: bytes, body: bytes, _: int) -> bool:
+        """A consumer takes it at once when its body's length is even (as a no-ack consumer
+        with credit would, or not)."""
+        if len(body) % 2:
+            return False
+        self.handed.append((key, body))
+        return True
 
     def general(self, publish: Publish) -> None:
         """publish_batch's loop for one publish (route_publish), outside tx mode."""
@@ -162,7 +172,7 @@ class World:
         counts = {n: (q.ready_count, q.ready_bytes, q.enqueued) for n, q in self.queues.items()}
         tags = {n: c.next_publish_tag for n, c in self.channels.items()}
         woken = sorted(q.name for q in self.woken)
-        return self.records, woken, confirms, self.confirm_records, counts, tags
+        return self.records, woken, confirms, self.confirm_records, counts, tags, self.handed
 
 
 modes = st.lists(st.sampled_from(["confirm", "confirm", "plain", "tx", "closing"]), max_size=4)
