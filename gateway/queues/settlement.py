@@ -27,7 +27,8 @@ class Settlement(QueueState):
     def settle(self, partition: int, message: StoredMessage) -> None:
         """Ack, or a no-ack delivery: the message is done."""
         self.inflight[partition].discard(message.queue_offset)
-        self.returns.pop((partition, message.queue_offset), None)
+        if self.returns:  # only messages that came back are counted there: mostly none
+            self.returns.pop((partition, message.queue_offset), None)
         self.commit_dirty = True
         self.acked += 1
 
