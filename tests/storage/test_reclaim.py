@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import QUEUE_GROUP, LogStore, open_embedded_store
+from storage import QUEUE_GROUP, LogStore, StoreConfig, open_embedded_store
 from tests.harness.clock import FakeClock
 from tests.storage.helpers import rec
 from tests.storage.reading_model import FILL, ReadingModel, make_durable, small_config
@@ -141,14 +141,19 @@ def test_reclaim_never_deletes_what_a_group_can_still_read(
     shutil.rmtree(root)
 
 
+def _sealing_config(tmp_path: Path) -> StoreConfig:
+    """1 GiB segments, sealed early once 64 KiB of the active one is consumed."""
+    return dataclasses.replace(
+        small_config(tmp_path), segment_size_bytes=1 << 30, max_record_bytes=4096,
+        roll_consumed_bytes=64 << 10, cq_entries_per_segment=1000,
+    )  # fmt: skip
+
+
 @pytest.mark.anyio
 async def test_a_drained_active_segment_is_sealed_early_and_reclaimed(tmp_path: Path) -> None:
     """With 1 GiB segments a drained backlog would otherwise stay on disk in the active
     segment until it fills; sealed early, it goes as soon as its records are consumed."""
-    config = dataclasses.replace(
-        small_config(tmp_path), segment_size_bytes=1 << 30, max_record_bytes=4096,
-        roll_consumed_bytes=64 << 10, cq_entries_per_segment=1000,
-    )  # fmt: skip
+    config = _sealing_config(tmp_path)
     async with open_embedded_store(config) as store:
         await store.create_queue(1, 1)
         await store.create_queue(2, 1)
@@ -181,10 +186,7 @@ async def test_sealing_early_adds_no_backlog_to_make_durable(tmp_path: Path) -> 
     small record: the store backlog (the alarm that blocks publishers) counts bytes written
     and not yet durable, not offsets. Counting offsets, a publish batch between the seal
     and its fsync read about 1 GiB of backlog and blocked every publisher."""
-    config = dataclasses.replace(
-        small_config(tmp_path), segment_size_bytes=1 << 30, max_record_bytes=4096,
-        roll_consumed_bytes=64 << 10, cq_entries_per_segment=1000,
-    )  # fmt: skip
+    config = _sealing_config(tmp_path)
     async with open_embedded_store(config) as store:
         await store.create_queue(1, 1)
         for i in range(400):  # ~ 100 KiB

@@ -14,7 +14,7 @@ waiting to be sent.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import pytest
 from hypothesis import given, settings
@@ -58,24 +58,26 @@ def _queue(sizes: list[int]) -> QueueRuntime:
     return queue
 
 
-def _pumped(
-    sizes: list[int],
-    no_ack: bool,
-    prefetch: int,
-    prefetch_global: int,
-    quota: int,
-    backlog: int,
-    turns: int,
-) -> tuple[Any, ...]:
-    session, queue = _session(), _queue(sizes)
-    session.pending_bytes = backlog
+class Case(NamedTuple):
+    sizes: list[int]  # the bodies waiting in the queue
+    no_ack: bool
+    prefetch: int  # the consumer's
+    prefetch_global: int  # the channel's
+    quota: int  # per pump
+    backlog: int  # bytes already waiting to be sent on the connection
+    turns: int  # pumps
+
+
+def _pumped(case: Case) -> tuple[Any, ...]:
+    session, queue = _session(), _queue(case.sizes)
+    session.pending_bytes = case.backlog
     channel = ChannelState(1, session)
-    channel.prefetch_global = prefetch_global
+    channel.prefetch_global = case.prefetch_global
     session.channels[1] = channel
-    consumer = Consumer("ctag", channel, queue, no_ack, False, 0, prefetch)
+    consumer = Consumer("ctag", channel, queue, case.no_ack, False, 0, case.prefetch)
     channel.consumers["ctag"] = consumer
     queue.add_consumer(consumer)
-    results = [queue.pump(quota, 0.0) for _ in range(turns)]
+    results = [queue.pump(case.quota, 0.0) for _ in range(case.turns)]
     unacked = [(tag, d.partition, d.message.queue_offset) for tag, d in channel.unacked.items()]
     stats = session.node.stats
     return (
@@ -93,8 +95,8 @@ def _pumped(
     )
 
 
-@settings(max_examples=150, deadline=None)
-@given(
+cases = st.builds(
+    Case,
     sizes=st.lists(
         st.one_of(st.integers(0, 300), st.integers(200_000, 1_500_000)), min_size=0, max_size=40
     ),
@@ -105,20 +107,15 @@ def _pumped(
     backlog=st.sampled_from([0, HIGH_WATER_BYTES // 2, HIGH_WATER_BYTES - 100, HIGH_WATER_BYTES]),
     turns=st.integers(1, 4),
 )
-def test_runs_deliver_what_one_at_a_time_does(
-    sizes: list[int],
-    no_ack: bool,
-    prefetch: int,
-    prefetch_global: int,
-    quota: int,
-    backlog: int,
-    turns: int,
-) -> None:
-    case = (sizes, no_ack, prefetch, prefetch_global, quota, backlog, turns)
-    in_runs = _pumped(*case)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases)
+def test_runs_deliver_what_one_at_a_time_does(case: Case) -> None:
+    in_runs = _pumped(case)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Consumer, "room", lambda self, most: min(1, most))
-        one_at_a_time = _pumped(*case)
+        one_at_a_time = _pumped(case)
     assert in_runs == one_at_a_time
 
 
@@ -126,12 +123,12 @@ def test_a_run_stops_at_the_message_that_fills_the_connections_output() -> None:
     """Three 2 MB bodies with a 4 MB backlog limit: the second one crosses it, so a run
     takes two (as one at a time, where the session stops being writable after it)."""
     big = 2 * 1024 * 1024
-    result = _pumped([big, big, big], True, 0, 0, 64, 0, 1)
+    result = _pumped(Case([big, big, big], True, 0, 0, 64, 0, 1))
     assert result[1] == [PumpResult.NO_CREDIT]
     assert result[9][3] == 1 and result[6] is False  # one left, the session not writable
 
 
 def test_a_run_stops_at_the_consumers_prefetch() -> None:
-    result = _pumped([10] * 8, False, 3, 0, 64, 0, 1)
+    result = _pumped(Case([10] * 8, False, 3, 0, 64, 0, 1))
     assert [tag for tag, _, _ in result[2]] == [1, 2, 3]
     assert result[1] == [PumpResult.NO_CREDIT] and result[9][3] == 5
