@@ -212,10 +212,12 @@ class Session:
         (gateway/queues/runtime.py). Each is booked, tapped, counted and framed as there."""
         channel = consumer.channel
         number, consumer_tag, no_ack = channel.number, consumer.tag, consumer.no_ack
-        send, tap, limits, now = self.conn.send_deliver, self.tap, self.limits, self.now
+        tap, limits, now = self.tap, self.limits, self.now
+        one_write, frame_max = frame_writer.deliver_one_write, self.conn.frame_max
         unacked = channel.unacked
         pending = self.pending_bytes
         redeliveries = 0
+        frames: list[frame_writer.Buffer] = []  # the run's, queued with one send_frames
         for partition, message, redelivered in run:
             tag = channel.next_delivery_tag  # ChannelState.record_delivery, inline
             channel.next_delivery_tag = tag + 1
@@ -229,10 +231,20 @@ class Session:
                 sent = tap.delivered(channel, queue, message, redelivered, tag)
             redeliveries += redelivered
             _, _, exchange, key, properties, body, _, _, _ = sent
-            send(number, consumer_tag, tag, redelivered, exchange, key, properties, body)
+            frame = one_write(
+                number, consumer_tag, tag, redelivered, exchange, key, properties, body, frame_max
+            )  # frame_writer.deliver's common case, without its call
+            if frame is not None:
+                frames.append(frame)
+            else:
+                frames += frame_writer.deliver(
+                    number, consumer_tag, tag, redelivered, exchange, key, properties, body,
+                    frame_max,
+                )  # fmt: skip
             if limits is not None:
                 limits.take(len(body))
             pending += len(body) + DELIVERY_OVERHEAD_BYTES
+        self.conn.send_frames(number, frames)  # dropped, as each would be, if channel closed
         counts = self.node.stats
         if no_ack:
             counts.deliver_no_ack += len(run)
