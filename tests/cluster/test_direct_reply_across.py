@@ -329,6 +329,19 @@ def test_serve_workers_replies_between_the_two_workers(workers: Workers) -> None
     for i in range(500):
         props = pika.BasicProperties(reply_to=REPLY_TO, correlation_id=str(i))
         ch.basic_publish("", "rpc-workers", b"x", props)
+
+    def declared_there() -> bool:
+        """The other worker learns of the declare through the shared metadata, a moment
+        later: until then a basic.get there is 404 (and closes the channel)."""
+        probe = responder.channel()
+        try:
+            probe.queue_declare("rpc-workers", passive=True)
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        probe.close()
+        return True
+
+    check_for(10, declared_there)
     rch = responder.channel()
     answered = 0
 
