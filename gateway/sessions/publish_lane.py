@@ -23,6 +23,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gateway.amqp.property_bytes import (
+    CONTENT_ENCODING,
+    CONTENT_TYPE,
+    DELIVERY_MODE,
+    EXPIRATION,
+    HEADERS,
+    REPLY_TO,
+    USER_ID,
+)
+from gateway.features.direct_reply import REPLY_PREFIX
+from gateway.sessions.publishing import _delivery_mode
 from storage import Record
 from storage.record import PERSISTENT
 
@@ -35,17 +46,10 @@ if TYPE_CHECKING:
 # tuple.__new__ skips a NamedTuple's Python-level __new__ (a frame per message saved).
 _make_tuple = tuple.__new__
 
-# Property flags (gateway/amqp/property_bytes.py): what sends a publish to the general path,
-# and what lies before delivery-mode in the property bytes.
-_CONTENT_TYPE = 0x8000
-_CONTENT_ENCODING = 0x4000
-_HEADERS = 0x2000
-_DELIVERY_MODE = 0x1000
-_REPLY_TO = 0x0200
-_EXPIRATION = 0x0100
-_USER_ID = 0x0010
-_GENERAL = _HEADERS | _REPLY_TO | _EXPIRATION | _USER_ID
-_REPLY_PREFIX = "amq.rabbitmq.reply-to."  # gateway/features/direct_reply.py: REPLY_PREFIX
+# Property flags that send a publish to the general path (decoded there), and those that
+# lie before delivery-mode in the property bytes.
+_GENERAL = HEADERS | REPLY_TO | EXPIRATION | USER_ID
+_BEFORE_DELIVERY_MODE = CONTENT_TYPE | CONTENT_ENCODING
 
 
 def route_run(
@@ -76,23 +80,16 @@ def route_run(
         if flags & _GENERAL:
             return index
         delivery_mode = 0
-        if flags & _DELIVERY_MODE:
-            at = 2
-            if flags & _CONTENT_TYPE:
-                if at >= size:
-                    return index
-                at += 1 + properties[at]
-            if flags & _CONTENT_ENCODING:
-                if at >= size:
-                    return index
-                at += 1 + properties[at]
-            if at >= size:
-                return index
-            delivery_mode = properties[at]
+        if flags & DELIVERY_MODE:
+            # As route_publish reads it: the first property present, or past the others.
+            if not flags & _BEFORE_DELIVERY_MODE and size > 2:
+                delivery_mode = properties[2]
+            else:
+                delivery_mode = _delivery_mode(properties, flags)  # -1: cut short
             if delivery_mode not in (1, 2):
-                return index  # the general path's 406
+                return index  # the general path's 406 (or its decoder's error)
         key = publish.routing_key
-        if key.startswith(_REPLY_PREFIX):
+        if key.startswith(REPLY_PREFIX):
             return index
         queue = queues.get(key)
         if queue is None or queue.rejects_publish or queue.partitions != 1:
