@@ -102,10 +102,7 @@ class PushScheduler:
         except Exception:  # as in a turn: logged, and the publisher goes on
             log.exception("push to queue %r failed", queue.name)
             return
-        if queue.caught_up_event is not None and (
-            result is not PumpResult.QUOTA_USED or queue.ready_count <= FLOW_LOW
-        ):
-            queue.release_publishers()
+        _release_after(queue, result)
         if result is PumpResult.QUOTA_USED:
             self.wake(queue)
         elif result is PumpResult.RATE_LIMITED:
@@ -174,10 +171,7 @@ class PushScheduler:
             if queue.leases is not None and queue.behaviour.has_limits and queue.over_limit():
                 await queue.enforce_limits()  # cluster: the fill counted others' publishes in
             result = queue.pump(self.quota, now)
-            if queue.caught_up_event is not None and (
-                result is not PumpResult.QUOTA_USED or queue.ready_count <= FLOW_LOW
-            ):
-                queue.release_publishers()
+            _release_after(queue, result)
             if result is PumpResult.QUOTA_USED:
                 return True
             if result is PumpResult.NO_MESSAGES and not queue.exhausted:
@@ -226,3 +220,12 @@ class PushScheduler:
                 3600 if due is None else max(0.0, due - self.clock.monotonic())
             ):
                 await self._timer_changed.wait()
+
+
+def _release_after(queue: QueueRuntime, result: PumpResult) -> None:
+    """After a pump: publishers waiting on ``queue`` go on once it is below FLOW_LOW or could
+    deliver no more now (waiting would not help)."""
+    if queue.caught_up_event is not None and (
+        result is not PumpResult.QUOTA_USED or queue.ready_count <= FLOW_LOW
+    ):
+        queue.release_publishers()
