@@ -253,10 +253,7 @@ def _record(
 ) -> RouteOutcome:
     if not queues:
         return UNROUTED
-    # _record_flags without its call per message.
-    record_flags = PERSISTENT if delivery_mode == 2 else 0
-    if property_flags & EXPIRATION:
-        record_flags |= EXPIRES
+    record_flags = _record_flags(delivery_mode, property_flags)
     rejected = False
     size = len(publish.body)
     for queue in queues:
