@@ -173,9 +173,8 @@ class OrderedRuntime(QueueRuntime):
         return self._table[logical_of(key, len(self._table))]
 
     def command_appended(self, partition: int) -> None:
-        """A change appended its command record to ``partition``: read up to it (it is
-        counted ready until read, as a start counts it from the store's ends)."""
-        self.ready_count += 1
+        """A change appended its command record to ``partition`` (counted already): read up
+        to it."""
         self.unread[partition] = True
         self.exhausted = False
         self._wake()

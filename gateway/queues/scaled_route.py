@@ -58,10 +58,14 @@ class ScaledRoute(QueueState):
             and route.partitions[partition].state == "removed"
         )
 
+    def count_commands(self, records: int) -> None:
+        """Command records about to be appended (less: not appended after all): counted
+        ready until read, as a start counts them from the store's ends."""
+        self.ready_count += records
+
     def command_appended(self: Self, partition: int) -> None:
-        """A change appended its command record to ``partition``: read up to it (it is
-        counted ready until read, as a start counts it from the store's ends)."""
-        self.ready_count += 1
+        """A change appended its command record to ``partition`` (counted already): read up
+        to it."""
         self.exhausted = False
         if self.started and self.wake is not None:
             self.wake(self)

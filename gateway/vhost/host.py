@@ -255,15 +255,22 @@ class VirtualHost:
             return
         if self.routed:  # routed maybe long before (tx.commit): the newest route
             records = self.reroute(records)
-        result = await self.append_routed(records, wait_durable)
-        woken: set[QueueRuntime] = set()
+        # Counted in before the append, as a publish is: a read that meets one while the
+        # append waits takes it out of the count.
+        counted: list[tuple[QueueRuntime, int]] = []
         for record in records:
             for queue_id, _ in record.destinations:
                 queue = self.queues_by_id.get(queue_id)
                 if queue is not None:
                     queue.count_in(len(record.body), record.flags)
-                    woken.add(queue)
-        await self.stored(woken, records, result)
+                    counted.append((queue, len(record.body)))
+        try:
+            result = await self.append_routed(records, wait_durable)
+        except BaseException:
+            for queue, size in counted:
+                queue.count_out(size)
+            raise
+        await self.stored({queue for queue, _ in counted}, records, result)
 
     async def append_routed(self, records: list[Record], wait_durable: bool) -> AppendResult:
         """The store's append; with queues on a route, what a change made on another
