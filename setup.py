@@ -36,9 +36,9 @@ PACKAGES = [
 ]
 NOT_BUILT = "not_built.txt"  # storage/twins.py reads it (NOT_BUILT_NOTE)
 TWINS = sorted(path.stem for path in (Path(__file__).parent / SOURCES).glob("*.pyx"))
-# C libraries a twin links: the record encoder checksums with zlib's crc32, the function
-# Python's own zlib module calls (its headers come with Python's, zlib1g-dev on Debian).
-LIBRARIES = {"record_encode": ["z"]}
+# C libraries a twin links: the record encoder and decoder checksum with zlib's crc32, the
+# function Python's own zlib module calls (its headers come with Python's, zlib1g-dev on Debian).
+LIBRARIES = {"record_encode": ["z"], "record_decode": ["z"]}
 DIRECTIVES = {"language_level": "3", "boundscheck": False, "wraparound": False}
 
 

@@ -40,6 +40,7 @@ HOT_MODULES = {
     "deliver_frame": "gateway.amqp.deliver_frame",
     "publish_cut": "gateway.amqp.publish_cut",
     "publish_lane": "gateway.sessions.publish_lane",
+    "record_decode": "storage.record_decode",
     "record_encode": "storage.record_encode",
     "write_through": "gateway.vhost.write_through",
 }

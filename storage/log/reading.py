@@ -2,32 +2,22 @@
 
 A mixin of LogStore. ``read`` clamps the offset to the partition's readable range and sizes
 the batch; ``_fetch`` reads the records behind the index entries with one pread per run of
-nearby records (a large record once for every queue holding it, through SharedReads), checks
-them and decodes them into StoredMessages inline (a call per message would cost more than
-the decoding itself).
+nearby records (a large record once for every queue holding it, through SharedReads), and
+has each run checked and decoded into StoredMessages in one call (storage/record_decode.py,
+and its compiled twin).
 """
 
 from __future__ import annotations
 
-import zlib
-
+from storage import record_decode, twins
 from storage.errors import CorruptionError
 from storage.log.segment_files import segment_name
 from storage.log.shared_reads import SHARE_FROM_BYTES, SharedRecord
 from storage.log.store_state import StoreState
-from storage.record import (
-    COPY_MAGIC,
-    CQ_ENTRY,
-    DEST_SIZE,
-    ENTRY_SIZE_MASK,
-    HEADER,
-    HEADER_SIZE,
-    HOLE_MAGIC,
-    MESSAGE_MAGIC,
-    StoredMessage,
-)
+from storage.record import CQ_ENTRY, ENTRY_SIZE_MASK, StoredMessage
 from storage.results import ReadResult, ReadStatus
 
+decode_run = twins.pick(record_decode.decode_run)
 _READ_GAP_BYTES = 64 << 10  # records this close together are fetched with one pread
 
 
@@ -67,16 +57,11 @@ class Reading(StoreState):
         return ReadResult(status, messages, offset + count, low, high)
 
     def _fetch(self, entries: list[tuple[int, int, int]], first_offset: int) -> list[StoredMessage]:
-        """Read the records behind ``entries`` with one pread per run of nearby records.
-
-        Decoding is inlined in this loop on purpose: a call per message costs more than the
-        decoding itself (see the store benchmark's catch-up figure).
-        """
+        """Read the records behind ``entries`` with one pread per run of nearby records,
+        decoded a run per call (storage/record_decode.py, compiled where built)."""
         messages: list[StoredMessage] = []
         append = messages.append
         make = tuple.__new__  # skips the NamedTuple's Python-level __new__ frame
-        unpack_from = HEADER.unpack_from
-        crc32 = zlib.crc32
         verify = self.config.verify_crc_on_read
         segment_size = self.config.segment_size_bytes
         min_commit = self.commit_log.min_offset
@@ -106,56 +91,9 @@ class Reading(StoreState):
                 i = j
                 continue
             buf = memoryview(self.commit_log.read(base, end - base))
-            limit = len(buf)
-            for k in range(i, j):
-                commit, size, _ = entries[k]
-                size &= ENTRY_SIZE_MASK
-                pos = commit - base
-                if pos + size > limit:
-                    raise self._corrupt(commit, "record runs past the end of the commitlog")
-                (
-                    total,
-                    magic,
-                    crc,
-                    physical,
-                    born,
-                    stored,
-                    flags,
-                    dests,
-                    ex_len,
-                    key_len,
-                    p_len,
-                    b_len,
-                ) = unpack_from(buf, pos)
-                if magic != MESSAGE_MAGIC or total != size or physical != commit:
-                    if magic == COPY_MAGIC and total == size and physical == commit:
-                        pass  # relocated by the garbage collector
-                    elif magic == HOLE_MAGIC:
-                        continue  # removed by repair; `storage check` listed it
-                    else:
-                        raise self._corrupt(commit, "consume queue entry does not match the record")
-                if verify and crc32(buf[pos + 12 : pos + size]) != crc:
-                    raise self._corrupt(commit, "crc mismatch")
-                p = pos + HEADER_SIZE + dests * DEST_SIZE
-                q = p + ex_len
-                r = q + key_len
-                t = r + p_len
-                append(
-                    make(
-                        StoredMessage,
-                        (
-                            first_offset + k,
-                            commit,
-                            bytes(buf[p:q]),
-                            bytes(buf[q:r]),
-                            buf[r:t],
-                            buf[t : t + b_len],
-                            born,
-                            stored,
-                            flags,
-                        ),
-                    )
-                )
+            bad = decode_run(buf, entries, i, j, base, first_offset, verify, messages)
+            if bad is not None:
+                raise self._corrupt(*bad)
             if large and messages and messages[-1].commit_offset == base:
                 shared.put(base, SharedRecord(*messages[-1][2:]))
             i = j

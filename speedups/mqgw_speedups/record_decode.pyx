@@ -1,0 +1,190 @@
+# The compiled twin of storage/record_decode.py: the same messages appended, the same answer.
+# The header is read from the read buffer in place, exchange and routing key copied out with
+# one allocation each, and the checksum taken with zlib's crc32 (the function Python's
+# zlib.crc32 calls); properties and body stay memoryview slices of the buffer, as there. What
+# lies outside the common domain (a buffer that is not a 1-D byte memoryview, entries that
+# are not 3-tuples of ints, a header past the buffer's end, numbers beyond 64 bits) goes to
+# the pure twin, from that entry on, so the two agree on everything, errors included.
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.list cimport PyList_Append
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+
+
+cdef extern from "zlib.h":
+    unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int size) nogil
+
+
+cdef object _new_tuple = tuple.__new__
+# The pure twin and StoredMessage, imported at first use: storage/log/reading.py imports this
+# module (through storage/twins.py) while the storage package is being imported.
+cdef object _pure = None
+cdef object StoredMessage = None
+cdef object PAST_THE_END = None
+cdef object NOT_THE_RECORD = None
+cdef object CRC_MISMATCH = None
+
+
+cdef void _import_pure() except *:
+    global _pure, StoredMessage, PAST_THE_END, NOT_THE_RECORD, CRC_MISMATCH
+    from storage import record_decode
+    from storage.record import StoredMessage as stored
+
+    _pure = record_decode
+    StoredMessage = stored
+    PAST_THE_END = record_decode.PAST_THE_END
+    NOT_THE_RECORD = record_decode.NOT_THE_RECORD
+    CRC_MISMATCH = record_decode.CRC_MISMATCH
+
+
+cdef enum:
+    HEADER_SIZE = 52
+    DEST_SIZE = 8
+    ENTRY_SIZE_MASK = 0x7FFFFFFF
+
+cdef long long LIMIT_62 = 1LL << 62  # keeps offsets' sums within 64 bits
+cdef uint32_t MESSAGE_MAGIC = 0x4D514731
+cdef uint32_t COPY_MAGIC = 0x4D59504F
+cdef uint32_t HOLE_MAGIC = 0x454C4F48
+
+
+cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
+    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline uint16_t _u16(const uint8_t* p) noexcept nogil:
+    return p[0] | (<uint16_t>p[1] << 8)
+
+
+cdef inline uint64_t _u64(const uint8_t* p) noexcept nogil:
+    return _u32(p) | (<uint64_t>_u32(p + 4) << 32)
+
+
+cdef inline long long _clip(long long at, long long limit) noexcept nogil:
+    return at if at < limit else limit
+
+
+cdef bint _byte_view(buf):
+    """A 1-D, contiguous memoryview of bytes: what the C loop indexes as Python does."""
+    if type(buf) is not memoryview:
+        return False
+    return buf.ndim == 1 and buf.itemsize == 1 and buf.c_contiguous
+
+
+def decode_run(buf, entries, start, end, base, first_offset, verify, messages):
+    """See storage.record_decode.decode_run."""
+    if _pure is None:
+        _import_pure()
+    if (
+        not _byte_view(buf)
+        or type(messages) is not list
+        or not (type(entries) is list or type(entries) is tuple)
+        or type(start) is not int
+        or type(end) is not int
+        or type(base) is not int
+        or type(first_offset) is not int
+        or not 0 <= start <= end <= len(entries)
+        or not -(1 << 62) < base < (1 << 62)
+        or not 0 <= first_offset < (1 << 62)
+    ):
+        return _pure.decode_run(buf, entries, start, end, base, first_offset, verify, messages)
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return _decode(
+            buf, <const uint8_t*>view.buf, view.len, entries, start, end, base, first_offset,
+            bool(verify), <list>messages,
+        )
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object _decode(
+    object buf, const uint8_t* data, Py_ssize_t limit, object entries, Py_ssize_t start,
+    Py_ssize_t end, long long base, long long first_offset, bint verify, list messages,
+):
+    cdef Py_ssize_t k
+    cdef long long commit, size, pos, p, q, r, t
+    cdef const uint8_t* h
+    cdef uint32_t total, magic
+    cdef uint64_t physical
+    cdef unsigned long checked
+    cdef tuple entry
+    for k in range(start, end):
+        item = entries[k]
+        if type(item) is not tuple or PyTuple_GET_SIZE(item) != 3:
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+        entry = <tuple>item
+        commit_object = <object>PyTuple_GET_ITEM(entry, 0)
+        size_object = <object>PyTuple_GET_ITEM(entry, 1)
+        if type(commit_object) is not int or type(size_object) is not int:
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+        try:
+            commit = commit_object
+            size = size_object
+        except OverflowError:
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+        if not (-LIMIT_62 < commit < LIMIT_62 and 0 <= size):
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+        size &= ENTRY_SIZE_MASK
+        pos = commit - base
+        if pos + size > limit:
+            return commit_object, PAST_THE_END
+        if pos < 0 or pos + HEADER_SIZE > limit:  # the pure twin's struct.error, or its reading
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+        h = data + pos
+        total = _u32(h)
+        magic = _u32(h + 4)
+        physical = _u64(h + 12)
+        if (
+            magic != MESSAGE_MAGIC
+            or total != size
+            or commit < 0
+            or physical != <uint64_t>commit
+        ):
+            if magic == COPY_MAGIC and total == size and commit >= 0 and physical == <uint64_t>commit:
+                pass  # relocated by the garbage collector
+            elif magic == HOLE_MAGIC:
+                continue  # removed by repair; `storage check` listed it
+            else:
+                return commit_object, NOT_THE_RECORD
+        if verify:
+            # buf[pos + 12 : pos + size], as Python slices it (empty below 12 bytes).
+            if size > 12:
+                checked = crc32(0, h + 12, <unsigned int>(size - 12))
+            else:
+                checked = 0
+            if checked != _u32(h + 8):
+                return commit_object, CRC_MISMATCH
+        p = pos + HEADER_SIZE + <long long>_u16(h + 40) * DEST_SIZE
+        q = p + h[42]
+        r = q + h[43]
+        t = r + <long long>_u32(h + 44)
+        fields = (
+            first_offset + k,
+            commit_object,
+            _copy(data, p, q, limit),
+            _copy(data, q, r, limit),
+            buf[r:t],
+            buf[t : t + <long long>_u32(h + 48)],
+            _u64(h + 20),
+            _u64(h + 28),
+            _u32(h + 36),
+        )
+        PyList_Append(messages, _new_tuple(StoredMessage, fields))
+    return None
+
+
+cdef bytes _copy(const uint8_t* data, long long start, long long stop, long long limit):
+    """bytes(buf[start:stop]), clipped to the buffer as Python's slicing clips it."""
+    start = _clip(start, limit)
+    stop = _clip(stop, limit)
+    if stop < start:
+        stop = start
+    return PyBytes_FromStringAndSize(<const char*>(data + start), stop - start)
+
+
+cdef object _rest(buf, entries, Py_ssize_t k, Py_ssize_t end, long long base,
+                  long long first_offset, bint verify, list messages):
+    return _pure.decode_run(buf, entries, k, end, base, first_offset, verify, messages)
