@@ -39,6 +39,7 @@ PURE_ENV = "MQGW_PURE_PYTHON"
 HOT_MODULES = {
     "deliver_frame": "gateway.amqp.deliver_frame",
     "publish_cut": "gateway.amqp.publish_cut",
+    "plain_turn": "gateway.queues.plain_turn",
     "publish_lane": "gateway.sessions.publish_lane",
     "record_decode": "storage.record_decode",
     "record_encode": "storage.record_encode",

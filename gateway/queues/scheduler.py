@@ -23,11 +23,14 @@ from collections.abc import Awaitable, Callable, Iterable
 import anyio
 
 from gateway.observe.histogram import Histogram
+from gateway.queues import plain_turn
 from gateway.queues.clock import SYSTEM_CLOCK, Clock
 from gateway.queues.intake import FLOW_LOW
 from gateway.queues.runtime import PumpResult, QueueRuntime
-from storage import StoreError
+from storage import StoreError, twins
 
+# queue.pump, or for a plain queue with one consumer its compiled turn (plain_turn.py).
+pump = twins.pick(plain_turn.pump)
 RETRY_S = 0.5  # a queue whose store call failed is served again after this
 
 log = logging.getLogger("mqgw.push")
@@ -98,7 +101,7 @@ class PushScheduler:
             self.wake(queue)
             return
         try:
-            result = queue.pump(self.quota, self.clock.monotonic())
+            result = pump(queue, self.quota, self.clock.monotonic())
         except Exception:  # as in a turn: logged, and the publisher goes on
             log.exception("push to queue %r failed", queue.name)
             return
@@ -170,7 +173,7 @@ class PushScheduler:
             await queue.fill()
             if queue.leases is not None and queue.behaviour.has_limits and queue.over_limit():
                 await queue.enforce_limits()  # cluster: the fill counted others' publishes in
-            result = queue.pump(self.quota, now)
+            result = pump(queue, self.quota, now)
             _release_after(queue, result)
             if result is PumpResult.QUOTA_USED:
                 return True
