@@ -109,11 +109,19 @@ class QueueInfo:
         """As the registry file holds it. ``added_at`` only once the queue has grown, and
         ``closed`` only once a partition is closed: the entry of a queue that did neither
         stays readable by brokers (and replicas) of versions without them."""
-        document = asdict(self)
-        if all(at == self.created_at for at in self.added_at):
-            del document["added_at"]
-        if not self.closed:
-            del document["closed"]
+        # Field by field, not dataclasses.asdict (which deep-copies): a checkpoint after
+        # thousands of declares writes them all, on the event loop.
+        document: dict[str, Any] = {
+            "queue_id": self.queue_id,
+            "partitions": self.partitions,
+            "created_at": self.created_at,
+            "floors": self.floors,
+            "dropped": self.dropped,
+        }
+        if any(at != self.created_at for at in self.added_at):
+            document["added_at"] = self.added_at
+        if self.closed:
+            document["closed"] = self.closed
         return document
 
 

@@ -5,6 +5,7 @@ an old table learns it. The broker half runs real `mqgw broker` processes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -118,6 +119,14 @@ def test_queue_info_loads_with_or_without_closed() -> None:
     closed.grow(4, 100)
     assert closed.closed == [1]
     assert "closed" not in old.document()
+
+
+def test_a_registry_entry_holds_every_field_of_a_queue_that_grew_and_closed() -> None:
+    info = QueueInfo(queue_id=3, partitions=2, created_at=7, floors=[1, 2], dropped=[0, 4])
+    info.grow(3, 90)
+    info.closed = [0]
+    assert info.document() == dataclasses.asdict(info)  # a field added later is written too
+    assert QueueInfo(**json.loads(json.dumps(info.document()))) == info
 
 
 def test_closure_survives_a_crash_before_the_registry_is_saved(
