@@ -30,6 +30,7 @@ from meta.models import (
 
 Destination = tuple[DestinationType, str]
 _ROUTING_HEADERS = ("CC", "BCC")
+ROUTE_CACHE_SIZE = 4096  # routes kept per vhost (a change, or this many, empties it)
 
 
 class UnknownExchange(KeyError):
@@ -38,12 +39,13 @@ class UnknownExchange(KeyError):
 
 @dataclass(frozen=True, slots=True)
 class RouteResult:
-    queues: set[str]
+    queues: frozenset[str]
     exchanges_visited: tuple[str, ...]
     alternate_exchange_used: bool = False
     # x-delayed-message exchanges that hold the message instead of routing it now (route's
     # ``hold_delayed``); they route it themselves when it is due.
     held_by: tuple[str, ...] = ()
+    ordered: tuple[str, ...] = ()  # ``queues`` sorted (a publish's destinations, in order)
 
 
 def header_routing_keys(headers: Mapping[str, Any] | None) -> list[str]:
@@ -172,6 +174,9 @@ class Router:
         self.vhost = vhost
         self._exchanges: dict[str, _ExchangeRoutes] = {}
         self._queues: set[str] = set()
+        # (exchange, routing key) -> its result, for publishes without headers or an
+        # x-delay (the result then depends on nothing else); emptied by every change.
+        self._cache: dict[tuple[str, str], RouteResult] = {}
         self.add_exchange(ExchangeDef(vhost=vhost, name=DEFAULT_EXCHANGE, type="direct"))
 
     @classmethod
@@ -195,6 +200,7 @@ class Router:
 
     def add_exchange(self, definition: ExchangeDef) -> None:
         """Add, or replace the definition while keeping the exchange's bindings."""
+        self._cache.clear()
         previous = self._exchanges.get(definition.name)
         routes = _ExchangeRoutes(definition)
         self._exchanges[definition.name] = routes
@@ -204,23 +210,28 @@ class Router:
 
     def remove_exchange(self, name: str) -> None:
         """Drop the exchange, its bindings and the bindings leading to it."""
+        self._cache.clear()
         if self._exchanges.pop(name, None) is not None:
             self._drop_bindings_to(("exchange", name))
 
     def add_queue(self, name: str) -> None:
+        self._cache.clear()
         self._queues.add(name)
 
     def remove_queue(self, name: str) -> None:
+        self._cache.clear()
         self._queues.discard(name)
         self._drop_bindings_to(("queue", name))
 
     def add_binding(self, binding: BindingDef) -> None:
+        self._cache.clear()
         routes = self._exchanges.get(binding.source)
         if routes is None:
             raise UnknownExchange(binding.source)
         routes.add(binding)
 
     def remove_binding(self, binding: BindingDef) -> None:
+        self._cache.clear()
         routes = self._exchanges.get(binding.source)
         if routes is not None:
             routes.remove(binding)
@@ -279,6 +290,26 @@ class Router:
         field_terms.py). ``hold_delayed``: the message has an x-delay to wait for, so every
         x-delayed-message exchange reached, bound exchanges included, holds it (``held_by``)
         as the plugin's route/2 does, rather than routing it now."""
+        cacheable = headers is None and not hold_delayed
+        if cacheable:
+            cached = self._cache.get((exchange, routing_key))
+            if cached is not None:
+                return cached
+        result = self._route(exchange, routing_key, headers, properties, hold_delayed)
+        if cacheable:
+            if len(self._cache) >= ROUTE_CACHE_SIZE:  # keys without end (one per message)
+                self._cache.clear()
+            self._cache[(exchange, routing_key)] = result
+        return result
+
+    def _route(
+        self,
+        exchange: str,
+        routing_key: str,
+        headers: Mapping[str, Any] | None,
+        properties: Buffer | None,
+        hold_delayed: bool,
+    ) -> RouteResult:
         start = self._exchanges.get(exchange)
         if start is None:
             raise UnknownExchange(exchange)
@@ -313,4 +344,6 @@ class Router:
                     target = self._exchanges.get(name)
                     if target is not None:  # a missing alternate exchange is ignored
                         work.append(target)
-        return RouteResult(queues, tuple(visited), used_alternate, tuple(held))
+        return RouteResult(
+            frozenset(queues), tuple(visited), used_alternate, tuple(held), tuple(sorted(queues))
+        )

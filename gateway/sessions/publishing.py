@@ -155,7 +155,8 @@ def route_publish(
         raise NotFound(
             f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
         ) from None
-    queues = [vhost.queues[name] for name in sorted(result.queues) if name in vhost.queues]
+    by_name = vhost.queues
+    queues = [by_name[name] for name in result.ordered if name in by_name]
     outcome = _record(
         channel, publish, properties_bytes, queues, delivery_mode, flags, now_ms, headers
     )
@@ -268,7 +269,12 @@ def _record(
         partition = 0 if queue.partitions == 1 else _partition(channel, queue, headers, publish)
         destinations: tuple[tuple[int, int], ...] = ((queue.queue_id, partition),)
     else:
-        destinations = tuple((q.queue_id, _partition(channel, q, headers, publish)) for q in queues)
+        destinations = tuple(
+            (q.queue_id, 0)
+            if q.partitions == 1
+            else (q.queue_id, _partition(channel, q, headers, publish))
+            for q in queues
+        )  # (the check before the call: most queues have one partition)
     if not channel.tx_mode:  # tx publishes count once tx.commit has stored them
         for queue in queues:
             queue.count_in(size, record_flags)

@@ -3,8 +3,10 @@
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gateway.routing import Router, UnknownExchange, header_routing_keys, strip_bcc
+from gateway.routing import Router, UnknownExchange, exchange_router, header_routing_keys, strip_bcc
 from meta.errors import PreconditionFailed
 from meta.models import BindingDef, Deletions, ExchangeDef, QueueDef, VHost
 from meta.state import MetadataState
@@ -231,3 +233,74 @@ def test_router_follows_store_cascades() -> None:
     assert router.get_exchange("ad") is None  # auto-deleted with its last binding
     assert router.route("amq.fanout", "").queues == set()
     assert router.route("", "q").queues == set()
+
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("bind"), st.sampled_from(["d", "f", "t"]), st.sampled_from(["q1", "q2"]),
+                  st.sampled_from(["k1", "a.*", ""])),
+        st.tuples(st.just("unbind"), st.sampled_from(["d", "f", "t"]),
+                  st.sampled_from(["q1", "q2"]), st.sampled_from(["k1", "a.*", ""])),
+        st.tuples(st.just("bind exchange"), st.sampled_from(["e2e"]), st.sampled_from(["d", "f"])),
+        st.tuples(st.just("queue"), st.sampled_from(["add", "remove"]),
+                  st.sampled_from(["q1", "q2"])),
+        st.tuples(st.just("exchange"), st.sampled_from(["add", "remove", "ae"]),
+                  st.sampled_from(["d", "f", "gone"])),
+    ),
+    max_size=40,
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(OPERATIONS)
+def test_a_cached_route_is_what_routing_again_gives_after_any_change(ops: list[Any]) -> None:
+    """Publishes without headers are answered from a cache (the same exchange and key give
+    the same queues); every change to the topology must empty it."""
+    router = make_router(
+        [exchange("d"), exchange("f", "fanout"), exchange("t", "topic"), exchange("e2e", "fanout")],
+        ["q1", "q2"],
+        [to_queue("d", "q1", "k1"), to_queue("f", "q2"), to_exchange("e2e", "d", "")],
+    )
+    for op in ops:
+        kind = op[0]
+        if kind == "bind" and router.get_exchange(op[1]) is not None:
+            router.add_binding(to_queue(op[1], op[2], op[3]))
+        elif kind == "unbind":
+            router.remove_binding(to_queue(op[1], op[2], op[3]))
+        elif kind == "bind exchange" and router.get_exchange(op[2]) is not None:
+            router.add_binding(to_exchange(op[1], op[2], "k1"))
+        elif kind == "queue":
+            (router.add_queue if op[1] == "add" else router.remove_queue)(op[2])
+        elif kind == "exchange" and op[1] == "remove":
+            router.remove_exchange(op[2])
+        elif kind == "exchange":
+            ae = "f" if op[1] == "ae" else None
+            router.add_exchange(exchange(op[2], "direct", ae=ae))
+        for name in ("d", "f", "t", "e2e", "gone"):  # every route, cached from here on
+            for key in ("k1", "k2", "a.b", ""):
+                _assert_routes_as_uncached(router, name, key)
+
+
+def _assert_routes_as_uncached(router: Router, name: str, key: str) -> None:
+    try:
+        cached = router.route(name, key)
+    except UnknownExchange:
+        with pytest.raises(UnknownExchange):
+            router._route(name, key, None, None, False)
+        return
+    assert cached == router._route(name, key, None, None, False)
+    assert cached.ordered == tuple(sorted(cached.queues))
+
+
+def test_headers_and_delayed_publishes_are_routed_each_time_and_the_cache_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    router = make_router([exchange("t", "topic")], ["q1"], [to_queue("t", "q1", "#")])
+    first = router.route("t", "a")
+    assert router.route("t", "a") is first  # cached
+    assert router.route("t", "a", {"x": 1}) is not first  # with headers: routed again
+    assert router.route("t", "a", hold_delayed=True) is not first
+    monkeypatch.setattr(exchange_router, "ROUTE_CACHE_SIZE", 3)
+    for key in ("b", "c", "d", "e"):
+        router.route("t", key)
+    assert len(router._cache) <= 3
