@@ -212,7 +212,8 @@ class Session:
         (gateway/queues/runtime.py). Each is booked, tapped, counted and framed as there."""
         channel = consumer.channel
         number, consumer_tag, no_ack = channel.number, consumer.tag, consumer.no_ack
-        tap, limits, now = self.tap, self.limits, self.now
+        tap, limits = self.tap, self.limits
+        at = self.now()  # one moment for the run (the consumer timeout reads it)
         one_write, frame_max = frame_writer.deliver_one_write, self.conn.frame_max
         unacked = channel.unacked
         pending = self.pending_bytes
@@ -224,7 +225,7 @@ class Session:
             if no_ack:
                 queue.settle(partition, message)
             else:
-                unacked[tag] = Delivery(queue, partition, message, consumer, now())
+                unacked[tag] = Delivery(queue, partition, message, consumer, at)
                 consumer.unacked += 1
             sent = message
             if tap is not None:
