@@ -68,30 +68,50 @@ class Case(NamedTuple):
     turns: int  # pumps
 
 
-def _pumped(case: Case) -> tuple[Any, ...]:
-    session, queue = _session(), _queue(case.sizes)
-    session.pending_bytes = case.backlog
+def subscribed(
+    queue: QueueRuntime, no_ack: bool, prefetch: int, prefetch_global: int, backlog: int
+) -> tuple[Session, ChannelState, Consumer]:
+    """A real session with ``backlog`` bytes waiting to be sent, consuming ``queue`` on
+    channel 1 (the channel's prefetch, and the consumer's)."""
+    session = _session()
+    session.pending_bytes = backlog
     channel = ChannelState(1, session)
-    channel.prefetch_global = case.prefetch_global
+    channel.prefetch_global = prefetch_global
     session.channels[1] = channel
-    consumer = Consumer("ctag", channel, queue, case.no_ack, False, 0, case.prefetch)
+    consumer = Consumer("ctag", channel, queue, no_ack, False, 0, prefetch)
     channel.consumers["ctag"] = consumer
     queue.add_consumer(consumer)
+    return session, channel, consumer
+
+
+def _pumped(case: Case) -> tuple[Any, ...]:
+    queue = _queue(case.sizes)
+    session, channel, _ = subscribed(
+        queue, case.no_ack, case.prefetch, case.prefetch_global, case.backlog
+    )
     results = [queue.pump(case.quota, 0.0) for _ in range(case.turns)]
+    return results, observed(session, channel, queue)
+
+
+def observed(session: Session, channel: ChannelState, queue: QueueRuntime) -> tuple[Any, ...]:
+    """What a client or the queue could tell apart after deliveries: the bytes sent, the
+    tags and unacked deliveries, the consumers' counts, the session's backlog and
+    writability, the node's counters and the queue's state."""
     unacked = [(tag, d.partition, d.message.queue_offset) for tag, d in channel.unacked.items()]
     stats = session.node.stats
     return (
         session.conn.data_to_send(),
-        results,
         unacked,
         channel.next_delivery_tag,
-        consumer.unacked,
+        [c.unacked for c in queue.consumers],
         session.pending_bytes,
         session.writable,
         session.dirty_marked,
         (stats.deliver, stats.deliver_no_ack, stats.redeliver),
-        (queue.delivered, queue.ready_count, queue.ready_bytes, len(queue.buffer)),
-        (sorted(queue.inflight[0]), queue.delivered_below[0]),
+        (queue.delivered, queue.ready_count, queue.ready_bytes, queue.commit_dirty),
+        [(p, m.queue_offset) for p, m in queue.buffer],
+        sorted((offset, p, m.queue_offset) for offset, p, m in queue.requeued),
+        (sorted(queue.inflight[0]), queue.delivered_below[0], queue.choice._rr),
     )
 
 
@@ -131,11 +151,13 @@ def test_a_run_stops_at_the_message_that_fills_the_connections_output() -> None:
     takes two (as one at a time, where the session stops being writable after it)."""
     big = 2 * 1024 * 1024
     result = _pumped(Case([big, big, big], True, 0, 0, 64, 0, 1))
-    assert result[1] == [PumpResult.NO_CREDIT]
-    assert result[9][3] == 1 and result[6] is False  # one left, the session not writable
+    results, seen = result
+    assert results == [PumpResult.NO_CREDIT]
+    assert len(seen[9]) == 1 and seen[5] is False  # one left, the session not writable
 
 
 def test_a_run_stops_at_the_consumers_prefetch() -> None:
     result = _pumped(Case([10] * 8, False, 3, 0, 64, 0, 1))
-    assert [tag for tag, _, _ in result[2]] == [1, 2, 3]
-    assert result[1] == [PumpResult.NO_CREDIT] and result[9][3] == 5
+    results, seen = result
+    assert [tag for tag, _, _ in seen[1]] == [1, 2, 3]
+    assert results == [PumpResult.NO_CREDIT] and len(seen[9]) == 5

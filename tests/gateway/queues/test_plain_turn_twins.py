@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from gateway.queues import plain_turn, runtime, scheduler
 from gateway.queues.rate_limit import TokenBucket
-from gateway.sessions.channel_state import ChannelState, Consumer
+from gateway.sessions.channel_state import Consumer
 from gateway.sessions.session import HIGH_WATER_BYTES
 from meta.models import QueueDef
 from storage import StoredMessage, twins
 from storage.record import EXPIRES, PERSISTENT, REDELIVERED
-from tests.gateway.queues.test_delivery_runs import _session
+from tests.gateway.queues.test_delivery_runs import observed, subscribed
 from tests.harness.twins import built_twin
 
 FAR_EXPIRATION = b"\x01\x00" + bytes([14]) + b"99999999999999"  # an expiration, never reached
@@ -79,14 +79,10 @@ def _queue(case: Case) -> runtime.QueueRuntime:
 
 
 def _turned(pump: Any, case: Case) -> tuple[Any, ...]:
-    session, queue = _session(), _queue(case)
-    session.pending_bytes = case.backlog
-    channel = ChannelState(1, session)
-    channel.prefetch_global = case.prefetch_global
-    session.channels[1] = channel
-    consumer = Consumer("ctag", channel, queue, case.no_ack, False, 0, case.prefetch)
-    channel.consumers["ctag"] = consumer
-    queue.add_consumer(consumer)
+    queue = _queue(case)
+    session, channel, _ = subscribed(
+        queue, case.no_ack, case.prefetch, case.prefetch_global, case.backlog
+    )
     channel.flow_active = case.consumer_state != "flow"
     channel.closing = case.consumer_state == "closing"
     session.stopped = case.consumer_state == "stopped"
@@ -101,22 +97,7 @@ def _turned(pump: Any, case: Case) -> tuple[Any, ...]:
     elif case.queue_state == "rate":
         queue.rate_limit = TokenBucket(30.0, 0.0)
     results = [pump(queue, case.quota, 0.0) for _ in range(case.turns)]
-    unacked = [(tag, d.partition, d.message.queue_offset) for tag, d in channel.unacked.items()]
-    stats = session.node.stats
-    return (
-        session.conn.data_to_send(),
-        results,
-        unacked,
-        channel.next_delivery_tag,
-        [c.unacked for c in queue.consumers],
-        session.pending_bytes,
-        session.writable,
-        (stats.deliver, stats.deliver_no_ack, stats.redeliver),
-        (queue.delivered, queue.ready_count, queue.ready_bytes, queue.commit_dirty),
-        [(p, m.queue_offset) for p, m in queue.buffer],
-        sorted((offset, p, m.queue_offset) for offset, p, m in queue.requeued),
-        (sorted(queue.inflight[0]), queue.delivered_below[0], queue.choice._rr),
-    )
+    return results, observed(session, channel, queue)
 
 
 messages = st.builds(
@@ -159,7 +140,8 @@ def test_the_inline_take_books_a_run_as_take_does() -> None:
     )  # fmt: skip
     turned = _turned(compiled().pump, case)
     assert turned == _turned(plain_turn.pump, case)
+    seen = turned[1]
     # offset 1 (transient, below the restart) is gone; 2 (requeued) goes first
-    assert [offset for _, _, offset in turned[2]] == [2, 0, 3, 4]
-    assert turned[7] == (4, 0, 4)  # 2 by its flag; 0, 3 and 4 below maybe_delivered
-    assert turned[8][1:] == (0, 0, True)
+    assert [offset for _, _, offset in seen[1]] == [2, 0, 3, 4]
+    assert seen[7] == (4, 0, 4)  # 2 by its flag; 0, 3 and 4 below maybe_delivered
+    assert seen[8][1:] == (0, 0, True)

@@ -6,7 +6,8 @@ record read by a get while its append waited)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -68,25 +69,43 @@ async def _get_body(queue: QueueRuntime) -> bytes | None:
     return bytes(message.body)
 
 
+@asynccontextmanager
+async def _one_queue(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[VirtualHost, QueueRuntime, GetDuringAppend]]:
+    """A vhost on the embedded store with queue "q" started (``store.during``: see
+    ``_get_now``)."""
+    config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
+    async with open_embedded_store(config) as inner:
+        store = GetDuringAppend(inner)
+        host = await _host(tmp_path, store)
+        queue = await host.declare_queue(QueueDef(vhost="/", name="q"), False, "c")
+        await queue.start()
+        yield host, queue, store
+
+
+def _get_now(
+    queue: QueueRuntime, store: GetDuringAppend, seen: list[tuple[bytes | None, int]]
+) -> Hook:
+    """For ``store.during``: the next append runs a basic.get on ``queue`` once its records
+    are written (the body and the count after it, into ``seen``)."""
+
+    async def get_now(records: Sequence[Record]) -> None:
+        store.during = None
+        seen.append((await _get_body(queue), await queue.message_count()))
+
+    return get_now
+
+
 def test_a_get_during_a_shrinks_command_append_counts_from_zero(tmp_path: Path) -> None:
     seen: list[tuple[bytes | None, int]] = []
 
     async def scenario() -> None:
-        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
-        async with open_embedded_store(config) as inner:
-            store = GetDuringAppend(inner)
-            host = await _host(tmp_path, store)
-            queue = await host.declare_queue(QueueDef(vhost="/", name="q"), False, "c")
-            await queue.start()
+        async with _one_queue(tmp_path) as (host, queue, store):
             await elastic.scale(host, queue, 2)
             await host.append([_message(queue, 0, b"m")])
             assert await queue.message_count() == 1
-
-            async def get_now(records: Sequence[Record]) -> None:
-                store.during = None
-                seen.append((await _get_body(queue), await queue.message_count()))
-
-            store.during = get_now
+            store.during = _get_now(queue, store, seen)
             await elastic.scale(host, queue, 1)  # partition 1 closes: its command record
             assert queue.route is not None
             assert [p.state for p in queue.route.partitions] == ["open", "draining"]
@@ -102,18 +121,8 @@ def test_a_get_during_a_dead_letter_or_tx_append_counts_from_zero(tmp_path: Path
     seen: list[tuple[bytes | None, int]] = []
 
     async def scenario() -> None:
-        config = StoreConfig(tmp_path / "store", flush=FlushPolicy.ASYNC)
-        async with open_embedded_store(config) as inner:
-            store = GetDuringAppend(inner)
-            host = await _host(tmp_path, store)
-            queue = await host.declare_queue(QueueDef(vhost="/", name="q"), False, "c")
-            await queue.start()
-
-            async def get_now(records: Sequence[Record]) -> None:
-                store.during = None
-                seen.append((await _get_body(queue), await queue.message_count()))
-
-            store.during = get_now
+        async with _one_queue(tmp_path) as (host, queue, store):
+            store.during = _get_now(queue, store, seen)
             await host.append([_message(queue, 0, b"a"), _message(queue, 0, b"b")])
             seen.append((await _get_body(queue), await queue.message_count()))
             seen.append((await _get_body(queue), await queue.message_count()))
