@@ -63,12 +63,15 @@ def test_drop_head_holds_on_the_holder_with_publishes_from_another_gateway(
 
     # The holder drops from the head down to ten ready (one more is unacked with A).
     check_for(10, trimmed, interval_s=0)
-    ch_a.close()
+    # Got on A while its consumer still holds the first message (and A the lease). Closing
+    # that channel first let A give the lease up now and then before the gets (a CI run):
+    # the drops behind the unacked head cannot be committed (the committed offset is the
+    # lowest unsettled one), so the next holder read them again. That hand-over case is
+    # its own, open problem (noted in the performance issue's stop of 2026-11-29).
     ch2 = conn_a.channel()
     bodies = []
     while (message := ch2.basic_get("capped", auto_ack=True))[0] is not None:
         bodies.append(message[2])
-    assert bodies[-10:] == [b"%d" % n for n in range(40, 50)]  # the newest ten kept
-    assert len(bodies) <= 11  # and at most the one A held besides
+    assert bodies == [b"%d" % n for n in range(40, 50)]  # the newest ten, only they
     conn_a.close()
     conn_b.close()

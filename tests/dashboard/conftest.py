@@ -92,6 +92,9 @@ class Dashboard:
         self.open()
         self.driver.execute_script("sessionStorage.clear()")
         self.open()
+        # The form shows once the page's script has looked for a session (it may still be
+        # showing the last page's state for a moment).
+        self.wait(lambda: self.find("#login-user").is_displayed())
         self.find("#login-user").send_keys(user)
         self.find("#login-password").send_keys(password)
         self.find("#login-submit").click()
