@@ -257,20 +257,19 @@ class VirtualHost:
             records = self.reroute(records)
         # Counted in before the append, as a publish is: a read that meets one while the
         # append waits takes it out of the count.
-        counted: list[tuple[QueueRuntime, int]] = []
+        woken: set[QueueRuntime] = set()
         for record in records:
             for queue_id, _ in record.destinations:
                 queue = self.queues_by_id.get(queue_id)
                 if queue is not None:
                     queue.count_in(len(record.body), record.flags)
-                    counted.append((queue, len(record.body)))
+                    woken.add(queue)
         try:
             result = await self.append_routed(records, wait_durable)
         except BaseException:
-            for queue, size in counted:
-                queue.count_out(size)
+            self.count_out(records)  # as a publish batch's failed append does
             raise
-        await self.stored({queue for queue, _ in counted}, records, result)
+        await self.stored(woken, records, result)
 
     async def append_routed(self, records: list[Record], wait_durable: bool) -> AppendResult:
         """The store's append; with queues on a route, what a change made on another

@@ -3,7 +3,7 @@
 # one allocation each, and the checksum taken with zlib's crc32 (the function Python's
 # zlib.crc32 calls); properties and body stay memoryview slices of the buffer, as there. What
 # lies outside the common domain (a buffer that is not a 1-D byte memoryview, entries that
-# are not 3-tuples of ints, a header past the buffer's end, numbers beyond 64 bits) goes to
+# are not 3-tuples of ints, a header past the buffer's end, offsets beyond 62 bits) goes to
 # the pure twin, from that entry on, so the two agree on everything, errors included.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
