@@ -55,3 +55,6 @@ class StoreConfig:
     # reclaimed), so that draining a queue frees the disk; 0 keeps segments whole.
     roll_consumed_bytes: int = 16 << 20
     verify_crc_on_read: bool = True
+    # A fan-out's records, decoded by the first queue to read them back, are kept for the
+    # others' reads up to about this many bytes (storage/log/recent_records.py); 0: none.
+    recent_records_bytes: int = 16 << 20

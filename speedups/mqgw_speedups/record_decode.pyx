@@ -5,8 +5,11 @@
 # lies outside the common domain (a buffer that is not a 1-D byte memoryview, entries that
 # are not 3-tuples of ints, a header past the buffer's end, offsets beyond 62 bits) goes to
 # the pure twin, from that entry on, so the two agree on everything, errors included.
+# take_kept, the same way: the kept records' fields put in place, anything unusual to pure.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.object cimport PyObject
 from cpython.list cimport PyList_Append
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
@@ -72,13 +75,14 @@ cdef bint _byte_view(buf):
     return buf.ndim == 1 and buf.itemsize == 1 and buf.c_contiguous
 
 
-def decode_run(buf, entries, start, end, base, first_offset, verify, messages):
+def decode_run(buf, entries, start, end, base, first_offset, verify, messages, keep=None):
     """See storage.record_decode.decode_run."""
     if _pure is None:
         _import_pure()
     if (
         not _byte_view(buf)
         or type(messages) is not list
+        or not (keep is None or type(keep) is dict)
         or not (type(entries) is list or type(entries) is tuple)
         or type(start) is not int
         or type(end) is not int
@@ -88,13 +92,15 @@ def decode_run(buf, entries, start, end, base, first_offset, verify, messages):
         or not -(1 << 62) < base < (1 << 62)
         or not 0 <= first_offset < (1 << 62)
     ):
-        return _pure.decode_run(buf, entries, start, end, base, first_offset, verify, messages)
+        return _pure.decode_run(
+            buf, entries, start, end, base, first_offset, verify, messages, keep
+        )
     cdef Py_buffer view
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         return _decode(
             buf, <const uint8_t*>view.buf, view.len, entries, start, end, base, first_offset,
-            bool(verify), <list>messages,
+            bool(verify), <list>messages, keep,
         )
     finally:
         PyBuffer_Release(&view)
@@ -103,6 +109,7 @@ def decode_run(buf, entries, start, end, base, first_offset, verify, messages):
 cdef object _decode(
     object buf, const uint8_t* data, Py_ssize_t limit, object entries, Py_ssize_t start,
     Py_ssize_t end, long long base, long long first_offset, bint verify, list messages,
+    object keep,
 ):
     cdef Py_ssize_t k
     cdef long long commit, size, pos, p, q, r, t
@@ -114,25 +121,25 @@ cdef object _decode(
     for k in range(start, end):
         item = entries[k]
         if type(item) is not tuple or PyTuple_GET_SIZE(item) != 3:
-            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
         entry = <tuple>item
         commit_object = <object>PyTuple_GET_ITEM(entry, 0)
         size_object = <object>PyTuple_GET_ITEM(entry, 1)
         if type(commit_object) is not int or type(size_object) is not int:
-            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
         try:
             commit = commit_object
             size = size_object
         except OverflowError:
-            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
         if not (-LIMIT_62 < commit < LIMIT_62 and 0 <= size):
-            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
         size &= ENTRY_SIZE_MASK
         pos = commit - base
         if pos + size > limit:
             return commit_object, PAST_THE_END
         if pos < 0 or pos + HEADER_SIZE > limit:  # the pure twin's struct.error, or its reading
-            return _rest(buf, entries, k, end, base, first_offset, verify, messages)
+            return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
         h = data + pos
         total = _u32(h)
         magic = _u32(h + 4)
@@ -173,6 +180,8 @@ cdef object _decode(
             _u32(h + 36),
         )
         PyList_Append(messages, _new_tuple(StoredMessage, fields))
+        if keep is not None and _u16(h + 40) > 1:  # a fan-out's: the other queues read it next
+            PyDict_SetItem(keep, commit_object, (size, *(<tuple>fields)[2:]))
     return None
 
 
@@ -186,5 +195,69 @@ cdef bytes _copy(const uint8_t* data, long long start, long long stop, long long
 
 
 cdef object _rest(buf, entries, Py_ssize_t k, Py_ssize_t end, long long base,
-                  long long first_offset, bint verify, list messages):
-    return _pure.decode_run(buf, entries, k, end, base, first_offset, verify, messages)
+                  long long first_offset, bint verify, list messages, object keep):
+    return _pure.decode_run(buf, entries, k, end, base, first_offset, verify, messages, keep)
+
+
+def take_kept(entries, start, end, first_offset, floor, young, old, messages):
+    """See storage.record_decode.take_kept."""
+    if _pure is None:
+        _import_pure()
+    if (
+        type(messages) is not list
+        or type(young) is not dict
+        or type(old) is not dict
+        or not (type(entries) is list or type(entries) is tuple)
+        or type(start) is not int
+        or type(end) is not int
+        or type(first_offset) is not int
+        or type(floor) is not int
+        or not 0 <= start <= end <= len(entries)
+        or not 0 <= first_offset < (1 << 62)
+        or not -(1 << 62) < floor < (1 << 62)
+    ):
+        return _pure.take_kept(entries, start, end, first_offset, floor, young, old, messages)
+    return _take(entries, start, end, first_offset, floor, <dict>young, <dict>old,
+                 <list>messages)  # fmt: skip
+
+
+cdef object _take(
+    object entries, Py_ssize_t start, Py_ssize_t end, long long first_offset, long long floor,
+    dict young, dict old, list messages,
+):
+    cdef Py_ssize_t k, i
+    cdef long long commit, size
+    cdef PyObject* found
+    cdef tuple kept, fields
+    for k in range(start, end):
+        item = entries[k]
+        if type(item) is not tuple or PyTuple_GET_SIZE(item) != 3:
+            break
+        commit_object = <object>PyTuple_GET_ITEM(item, 0)
+        size_object = <object>PyTuple_GET_ITEM(item, 1)
+        if type(commit_object) is not int or type(size_object) is not int:
+            break
+        try:
+            commit = commit_object
+            size = size_object
+        except OverflowError:
+            break
+        if not (-LIMIT_62 < commit < LIMIT_62 and 0 <= size):
+            break
+        found = PyDict_GetItem(young, commit_object)
+        if found is NULL:
+            found = PyDict_GetItem(old, commit_object)
+            if found is NULL:
+                return k
+        if type(<object>found) is not tuple or PyTuple_GET_SIZE(<object>found) != 8:
+            break
+        kept = <tuple>found
+        if type(<object>PyTuple_GET_ITEM(kept, 0)) is not int:
+            break
+        if <object>PyTuple_GET_ITEM(kept, 0) != (size & ENTRY_SIZE_MASK) or commit < floor:
+            return k
+        fields = (first_offset + k, commit_object, *kept[1:])
+        PyList_Append(messages, _new_tuple(StoredMessage, fields))
+    else:
+        return end
+    return _pure.take_kept(entries, k, end, first_offset, floor, young, old, messages)

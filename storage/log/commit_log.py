@@ -16,6 +16,7 @@ from pathlib import Path
 from storage import record_encode, twins
 from storage.errors import DiskFull, StoreWriteError
 from storage.log.file_system import FileSystem
+from storage.log.recent_records import RecentRecords
 from storage.log.segment_files import Segment, SegmentFiles
 from storage.record import (
     BLANK_SIZE,
@@ -63,6 +64,9 @@ class CommitLog:
         self.sealed_ts_ms: dict[int, int] = {}  # segment start -> store ts of its last record
         self.dirty: dict[int, Segment] = {}
         self._dest_cache = DestinationCache()
+        # A fan-out's records as a read decoded them (storage/log/reading.py); keyed by
+        # commit offset, so a truncation, which lets an offset be written again, clears it.
+        self.recent = RecentRecords()
 
     def load(self) -> None:
         self.files.load()
@@ -273,6 +277,7 @@ class CommitLog:
         return whole if len(whole) == size else None
 
     def truncate_from(self, offset: int) -> None:
+        self.recent.clear()
         self.files.truncate_from(offset)
         for start in [s for s in self.sealed_ts_ms if s >= offset - offset % self.segment_size]:
             del self.sealed_ts_ms[start]

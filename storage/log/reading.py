@@ -4,7 +4,9 @@ A mixin of LogStore. ``read`` clamps the offset to the partition's readable rang
 the batch; ``_fetch`` reads the records behind the index entries with one pread per run of
 nearby records (a large record once for every queue holding it, through SharedReads), and
 has each run checked and decoded into StoredMessages in one call (storage/record_decode.py,
-and its compiled twin).
+and its compiled twin). A fan-out's records, decoded by the first queue to read them, are
+kept for the others (storage/log/recent_records.py): they take them without a read, a CRC
+check or a decode.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from storage.record import CQ_ENTRY, ENTRY_SIZE_MASK, StoredMessage
 from storage.results import ReadResult, ReadStatus
 
 decode_run = twins.pick(record_decode.decode_run)
+take_kept = twins.pick(record_decode.take_kept)
 _READ_GAP_BYTES = 64 << 10  # records this close together are fetched with one pread
 
 
@@ -66,8 +69,16 @@ class Reading(StoreState):
         segment_size = self.config.segment_size_bytes
         min_commit = self.commit_log.min_offset
         shared = self.shared_reads
+        recent = self.commit_log.recent
+        keeping = recent.keeping
         i, n = 0, len(entries)
         while i < n:
+            if recent.young or recent.old:  # a fan-out's, read by another queue lately?
+                young, old = recent.young, recent.old
+                taken = take_kept(entries, i, n, first_offset, min_commit, young, old, messages)
+                if taken > i:
+                    i = taken
+                    continue
             base, size, _ = entries[i]
             end = base + (size & ENTRY_SIZE_MASK)
             # A large record is read on its own, and only once for all the queues holding it.
@@ -91,7 +102,11 @@ class Reading(StoreState):
                 i = j
                 continue
             buf = memoryview(self.commit_log.read(base, end - base))
-            bad = decode_run(buf, entries, i, j, base, first_offset, verify, messages)
+            keep = recent.young if keeping and not large else None
+            had = len(keep) if keep is not None else 0
+            bad = decode_run(buf, entries, i, j, base, first_offset, verify, messages, keep)
+            if keep is not None and len(keep) != had:
+                recent.kept(end - base)
             if bad is not None:
                 raise self._corrupt(*bad)
             if large and messages and messages[-1].commit_offset == base:

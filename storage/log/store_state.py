@@ -41,6 +41,7 @@ class StoreState:
         self.commit_log = CommitLog(
             fs, root / "commitlog", config.segment_size_bytes, config.max_record_bytes
         )
+        self.commit_log.recent.limit_bytes = config.recent_records_bytes
         # State writes a full disk refused (logged once, retried by housekeeping).
         self.deferred = DeferredWrites()
         self.registry = QueueRegistry(fs, root / "queues.json", self.deferred)

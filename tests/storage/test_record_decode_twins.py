@@ -114,14 +114,18 @@ def damaged(draw: st.DrawFn) -> tuple[Any, list[Any], int]:
     return buf, entries, base
 
 
-def outcome(function: Any, buf: Any, entries: list[Any], *args: Any) -> Any:
+def outcome(function: Any, buf: Any, entries: list[Any], *args: Any, keep: Any = None) -> Any:
     messages: list[Any] = []
     try:
-        answer = function(buf, entries, *args, messages)
+        answer = function(buf, entries, *args, messages, keep)
     except Exception as error:  # the twins must agree on the exception type
         answer = ("raised", type(error))
-    as_bytes = [tuple(bytes(f) if isinstance(f, memoryview) else f for f in m) for m in messages]
-    return answer, as_bytes
+    kept = None if keep is None else {c: _plain(k) for c, k in keep.items()}
+    return answer, [_plain(m) for m in messages], kept
+
+
+def _plain(fields: Any) -> Any:
+    return tuple(bytes(f) if isinstance(f, memoryview) else f for f in fields)
 
 
 @PROPERTY
@@ -131,6 +135,7 @@ def outcome(function: Any, buf: Any, entries: list[Any], *args: Any) -> Any:
     first_offset=st.one_of(st.integers(0, 1 << 40), st.sampled_from([-3, 1 << 70])),
     shift=st.sampled_from([0] * 6 + [1, -1, 1 << 70]),
     verify=st.sampled_from([True, False, 1, None]),
+    keeping=st.booleans(),
 )
 def test_twins_agree(
     case: tuple[Any, list[Any], int],
@@ -138,12 +143,90 @@ def test_twins_agree(
     first_offset: int,
     shift: int,
     verify: Any,
+    keeping: bool,
 ) -> None:
     buf, entries, base = case
     start, stop = (0, len(entries)) if window is None else window
     args = (start, stop, base + shift, first_offset, verify)
-    pure = outcome(record_decode.decode_run, buf, entries, *args)
-    assert outcome(compiled().decode_run, buf, entries, *args) == pure
+    pure = outcome(record_decode.decode_run, buf, entries, *args, keep={} if keeping else None)
+    twin = outcome(compiled().decode_run, buf, entries, *args, keep={} if keeping else None)
+    assert twin == pure
+
+
+@st.composite
+def kept_case(draw: st.DrawFn) -> tuple[list[Any], dict[int, Any], dict[int, Any], int]:
+    """Entries and what a fan-out's read kept of them, split into generations, some of it
+    gone or not as decode_run keeps it; a floor somewhere about."""
+    base = draw(st.sampled_from([0, 4096, (1 << 40) + 52]))
+    data, entries = _chunk(draw(RECORDS), base)
+    keep: dict[int, Any] = {}
+    record_decode.decode_run(memoryview(bytes(data)), entries, 0, len(entries), base, 0, True,
+                             [], keep)  # fmt: skip
+    young: dict[int, Any] = {}
+    old: dict[int, Any] = {}
+    for commit, record in keep.items():
+        where = draw(st.sampled_from(["young", "young", "old", "gone", "odd"]))
+        odd = [record[:7], (record[0] + 1, *record[1:]), ("x", *record[1:])]  # not as kept
+        kept = draw(st.sampled_from(odd)) if where == "odd" else record
+        (old if where == "old" else young if where != "gone" else {})[commit] = kept
+    damaged_at = draw(st.sets(st.integers(0, len(entries) - 1), max_size=2))
+    for k in damaged_at:
+        commit, size, ts = entries[k]
+        entries[k] = draw(st.sampled_from([
+            (commit, size | RELOCATED_ENTRY, ts), (commit, size + 1, ts), (1 << 70, size, ts),
+            (commit, -1, ts), (commit, 1.0, ts), (commit, size), None, [commit, size, ts],
+        ]))  # fmt: skip
+    floor = base + draw(st.sampled_from([0, 0, 0, 1, 200, 1 << 20, -(1 << 70)]))
+    return entries, young, old, floor
+
+
+def taken(function: Any, entries: list[Any], *args: Any) -> Any:
+    messages: list[Any] = []
+    try:
+        answer = function(entries, *args, messages)
+    except Exception as error:  # the twins must agree on the exception type
+        answer = ("raised", type(error))
+    return answer, [_plain(m) for m in messages]
+
+
+@PROPERTY
+@given(
+    case=kept_case(),
+    window=st.one_of(st.none(), st.tuples(st.integers(-1, 9), st.integers(-1, 10))),
+    first_offset=st.one_of(st.integers(0, 1 << 40), st.sampled_from([-3, 1 << 70])),
+)
+def test_twins_take_kept_records_alike(
+    case: tuple[list[Any], dict[int, Any], dict[int, Any], int],
+    window: tuple[int, int] | None,
+    first_offset: int,
+) -> None:
+    entries, young, old, floor = case
+    start, stop = (0, len(entries)) if window is None else window
+    args = (start, stop, first_offset, floor, young, old)
+    pure = taken(record_decode.take_kept, entries, *args)
+    assert taken(compiled().take_kept, entries, *args) == pure
+
+
+def test_kept_records_are_taken_as_decoded_with_their_own_offsets() -> None:
+    fanout, single = ((1, 0), (2, 0)), ((1, 0),)
+    records = [Record(b"e", b"k", b"p", b"body%d" % i, d) for i, d in
+               enumerate([fanout, single, fanout, fanout])]  # fmt: skip
+    data, entries = _chunk(records, 4096)
+    for twin in (record_decode, compiled()):
+        decoded: list[Any] = []
+        keep: dict[int, Any] = {}
+        assert twin.decode_run(memoryview(bytes(data)), entries, 0, 4, 4096, 0, True, decoded,
+                               keep) is None  # fmt: skip
+        assert sorted(keep) == [entries[k][0] for k in (0, 2, 3)]  # not the single's
+        found: list[Any] = []
+        # Taken from its start while kept (entry 1 is not), from either generation, and
+        # none below the floor (the commitlog's first offset).
+        assert twin.take_kept(entries, 0, 4, 50, 0, keep, {}, found) == 1
+        assert twin.take_kept(entries, 2, 4, 50, entries[3][0], keep, {}, found) == 2
+        assert twin.take_kept(entries, 2, 4, 50, entries[2][0], {}, keep, found) == 4
+        assert [_plain(m) for m in found] == [
+            _plain((50 + k, *_plain(decoded[k])[1:])) for k in (0, 2, 3)
+        ]
 
 
 @given(records=RECORDS, verify=st.booleans())
