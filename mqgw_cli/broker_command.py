@@ -32,7 +32,7 @@ STORE_KEYS = (
     "config_file", "data_dir", "flush", "segment_size_bytes", "cq_entries_per_segment",
     "max_message_size_bytes", "retention_ms", "min_retention_ms", "disk_budget_bytes",
     "async_flush_interval_ms", "checkpoint_interval_ms", "offset_persist_interval_ms",
-    "retention_check_interval_ms", "verify_crc_on_read",
+    "retention_check_interval_ms", "verify_crc_on_read", "recent_records_bytes",
 )  # fmt: skip
 
 

@@ -91,6 +91,7 @@ RABBITMQ: dict[str, tuple[str, str]] = {
     "offset_persist_interval_ms": ("-", ""),
     "retention_check_interval_ms": ("-", ""),
     "verify_crc_on_read": ("-", ""),
+    "recent_records_bytes": ("-", ""),
     "log_level": ("`log.console.level`, `log.file.level` (info)", ""),
     "log_levels": ("`log.<category>.level`, e.g. `log.connection.level`", ""),
     "log_console": ("`log.console` (false)",

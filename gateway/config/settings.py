@@ -239,6 +239,9 @@ class GatewaySettings(BaseSettings):
     offset_persist_interval_ms: int = _positive("consumer offsets write interval (ms)", 5_000)
     retention_check_interval_ms: int = _positive("retention check interval (ms)", 10_000)
     verify_crc_on_read: bool = Field(True, description="check each record's CRC when read")
+    recent_records_bytes: int = Field(
+        16 << 20, ge=0, description="fan-out records kept decoded for the other queues' reads"
+    )
 
     log_level: LogLevel = Field("info", description="level of every category not in log_levels")
     log_levels: dict[str, LogLevel] = Field(
@@ -378,4 +381,5 @@ class GatewaySettings(BaseSettings):
             gc_max_live_ratio=self.gc_max_live_ratio,
             gc_copy_rate_bytes=self.gc_copy_rate_bytes,
             verify_crc_on_read=self.verify_crc_on_read,
+            recent_records_bytes=self.recent_records_bytes,
         )

@@ -48,6 +48,7 @@ STORE_SETTINGS = {
     "retention_check_interval_ms": 1011,
     "cq_entries_per_segment": 1213,
     "verify_crc_on_read": False,
+    "recent_records_bytes": 0,
     "retention_ms": 1415,
     "segment_size_bytes": 1 << 20,
 }
