@@ -43,7 +43,10 @@ class ConnectionOutput(ConnectionCore):
 
     def send_frames(self, channel: int, frames: Sequence[frame_writer.Buffer]) -> bool:
         """Queue frames built with frame_writer (get_ok, return_...) for ``channel``."""
-        if not self._can_send(channel):
+        # _can_send, inline: a call per delivery run saved.
+        if self.state is not ConnectionState.OPEN or (
+            channel != 0 and not self._channels.is_open(channel)
+        ):
             return False
         self._output.add(channel, frames)
         self._heartbeat.sent = True
