@@ -11,6 +11,8 @@ from cpython.bytearray cimport (
     PyByteArray_Resize,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
 from cpython.list cimport PyList_Append
 from libc.stdint cimport uint8_t, uint64_t
 from libc.string cimport memcpy
@@ -25,15 +27,17 @@ cdef extern from "zlib.h":
 cdef object _pure = None
 cdef object DispatchRun = None
 cdef object EncodedChunk = None
+cdef object DestinationCache = None
 
 
 cdef void _import_pure() except *:
-    global _pure, DispatchRun, EncodedChunk
+    global _pure, DispatchRun, EncodedChunk, DestinationCache
     from storage import record, record_encode
 
     _pure = record_encode
     DispatchRun = record.DispatchRun
     EncodedChunk = record.EncodedChunk
+    DestinationCache = record_encode.DestinationCache
 
 
 cdef enum:
@@ -161,12 +165,19 @@ def encode_chunk(
     cdef bint run_closes = run.closes if run is not None else False
     cdef object run_entries = run.entries if run is not None else None
     cdef bint closes
+    cdef PyObject* cached
+    # The cache's own dict, read here (a cache that is not ours is asked through get): with
+    # a destination per record (a thousand queues in turn) a call per record saved.
+    cdef object packed = None
+    if type(dest_cache) is DestinationCache and type(dest_cache._packed) is dict:
+        packed = dest_cache._packed
     for index in range(start, start + fit):
         record = <tuple>items[index]
         exchange, routing_key, properties = record[0], record[1], record[2]
         body, dests, born_ts, record_flags = record[3], record[4], record[5], record[6]
         if dests is not prev_dests:  # batches usually repeat one destination list
-            dest_bytes = dest_cache.get(dests)
+            cached = PyDict_GetItem(packed, dests) if packed is not None else NULL
+            dest_bytes = <object>cached if cached is not NULL else dest_cache.get(dests)
             prev_dests = dests
             if type(dest_bytes) is not bytes or len(dest_bytes) != DEST_SIZE * len(dests):
                 raise ValueError("the destination cache gave bytes of the wrong size")
