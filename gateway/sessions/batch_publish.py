@@ -20,7 +20,7 @@ from gateway.sessions.flow_control import hold_for_publish_rate, hold_for_queues
 from gateway.sessions.publish_lane import route_run as pure_route_run
 from gateway.sessions.publishing import route_publish
 from storage import AppendResult, Record, StoreError, twins
-from storage.record import PERSISTENT
+from storage.record import any_persistent
 
 if TYPE_CHECKING:
     from gateway.queues.runtime import QueueRuntime
@@ -160,7 +160,7 @@ def _transient_only(session: Session, records: list[Record]) -> bool:
     take back what was confirmed."""
     if session.node.cluster is not None:
         return False
-    return not any(record.flags & PERSISTENT for record in records)
+    return not any_persistent(records)
 
 
 def _send_return(session: Session, channel: ChannelState, publish: Publish) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from storage.errors import DiskFull, StoreWriteError
 from storage.log.consume_queue import ConsumeQueue
 from storage.log.queue_catalog import QueueCatalog
-from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE, PERSISTENT, DispatchRun, Record
+from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE, DispatchRun, Record, any_persistent
 from storage.results import AppendResult
 
 
@@ -38,7 +38,7 @@ class Appending(QueueCatalog):
         # Index entries may wait in memory only for transient messages: a persistent one's
         # are written (to the page cache) before it can be confirmed, so a kill, even on a
         # full disk where recovery could not rebuild them, leaves it readable.
-        hold = self.index_write_behind and not any(r.flags & PERSISTENT for r in records)
+        hold = self.index_write_behind and not any_persistent(records)
         try:
             self._dispatch(runs, undo, starts, hold)
         except OSError as exc:
