@@ -3,7 +3,9 @@
 # and destinations reads the tuples and dicts through the C API; what the queues do stays
 # theirs (Python). Input outside the common domain (records or offsets not tuples or lists,
 # a record not a 7-tuple, destinations not a tuple of 2-tuples, starts not a dict) goes to
-# the pure twin.
+# the pure twin. A plain QueueRuntime of one partition on the embedded node (its fields in
+# slots) is asked inline, as StoreReads.caught_up and absorb would answer; any other queue is
+# asked through its methods.
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
@@ -14,15 +16,52 @@ cdef object _new_tuple = tuple.__new__
 # module through storage/twins.py while gateway.vhost is still being imported.
 cdef object _pure = None
 cdef object StoredMessage = None
+cdef object QueueRuntime = None
+cdef Py_ssize_t LOW_WATER = 0
+cdef Py_ssize_t FETCH_BATCH = 0
 
 
 cdef void _import_pure() except *:
-    global _pure, StoredMessage
+    global _pure, StoredMessage, QueueRuntime, LOW_WATER, FETCH_BATCH
+    from gateway.queues import runtime, store_reads
     from gateway.vhost import write_through
     from storage.record import StoredMessage as stored
 
     _pure = write_through
     StoredMessage = stored
+    QueueRuntime = runtime.QueueRuntime
+    LOW_WATER = store_reads.LOW_WATER
+    FETCH_BATCH = store_reads.FETCH_BATCH
+
+
+cdef bint _inline(object queue):
+    """Whether ``queue`` is one caught_up and absorb are answered for here."""
+    return type(queue) is QueueRuntime and queue.leases is None and len(queue.cursors) == 1
+
+
+cdef bint _caught_up(object queue, dict starts):
+    """StoreReads.caught_up for an ``_inline`` queue."""
+    if not queue.exhausted or not queue.consumers or queue.deleted or queue.paused:
+        return False
+    if queue.broadcast:
+        return False
+    buffer = queue.buffer
+    if buffer and len(buffer) >= LOW_WATER:
+        return False
+    cursor = queue.cursors[0]
+    found = PyDict_GetItem(starts, (queue.queue_id, 0))
+    return (<object>found if found is not NULL else cursor) == cursor
+
+
+cdef bint _absorb(object queue, list messages):
+    """StoreReads.absorb for an ``_inline`` queue."""
+    buffer = queue.buffer
+    if len(buffer) + len(messages) > FETCH_BATCH:
+        return False
+    buffer.extend(messages)
+    queue.cursors[0] += len(messages)
+    queue.fed = True
+    return True
 
 
 cdef bint _common(records, offsets, starts):
@@ -82,7 +121,9 @@ def absorb(by_id, records, result):
                 if queue_id in refused:
                     continue
                 queue = by_id.get(queue_id)
-                if queue is None or not queue.caught_up(starts):
+                if queue is None or not (
+                    _caught_up(queue, starts) if _inline(queue) else queue.caught_up(starts)
+                ):
                     refused.add(queue_id)
                     continue
                 messages = []
@@ -109,6 +150,6 @@ def absorb(by_id, records, result):
     absorbed = set()
     for queue_id, messages in taken.items():
         queue = by_id[queue_id]
-        if queue.absorb(messages):
+        if _absorb(queue, messages) if _inline(queue) else queue.absorb(messages):
             absorbed.add(queue)
     return absorbed

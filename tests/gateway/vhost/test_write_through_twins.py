@@ -12,7 +12,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.queues.runtime import QueueRuntime
 from gateway.vhost import host, write_through
+from meta.models import QueueDef
 from storage import AppendResult, Record, StoredMessage, twins
 from tests.harness.twins import built_twin
 
@@ -120,3 +122,84 @@ def test_a_caught_up_queue_takes_its_messages_in_order_with_their_offsets() -> N
             (0, 5, 30, b"m2"),
         ]
         assert all(t is StoredMessage for _, _, t in messages)
+
+
+class Eager(QueueRuntime):
+    """A runtime of its own kind: asked through its methods, never answered for."""
+
+    def caught_up(self, starts: Mapping[tuple[int, int], int]) -> bool:
+        return not self.deleted
+
+
+CAUGHT_UP = {
+    "kind": QueueRuntime, "partitions": 1, "cursor": 0, "exhausted": True, "consumers": 1,
+    "deleted": False, "paused": False, "broadcast": False, "leases": None, "buffered": 0,
+}  # fmt: skip
+# A queue that is caught up but for one thing (or nothing): each check is met alone.
+QUEUE_STATE = st.builds(
+    lambda base, change: {**base, **change},
+    st.builds(dict, cursor=st.integers(0, 3), buffered=st.sampled_from([0, 1, 63])).map(
+        lambda drawn: {**CAUGHT_UP, **drawn}
+    ),
+    st.sampled_from([
+        {}, {}, {}, {"kind": Eager}, {"partitions": 2}, {"exhausted": False}, {"consumers": 0},
+        {"deleted": True}, {"paused": True}, {"broadcast": True}, {"leases": [True]},
+        {"leases": [False]}, {"buffered": 64}, {"buffered": 250},
+    ]),
+)  # fmt: skip
+
+
+def _runtime(queue_id: int, state: dict[str, Any]) -> QueueRuntime:
+    queue: QueueRuntime = state["kind"](
+        QueueDef(vhost="/", name=f"q{queue_id}", queue_id=queue_id, partitions=state["partitions"]),
+        None,
+    )
+    for p in range(queue.partitions):
+        queue.cursors[p] = state["cursor"]
+    held = StoredMessage(0, 0, b"", b"", memoryview(b""), memoryview(b"old"), 0, 0, 0)
+    queue.buffer.extend((0, held) for _ in range(state["buffered"]))
+    queue.consumers.extend(object() for _ in range(state["consumers"]))  # type: ignore[misc]
+    queue.exhausted, queue.deleted = state["exhausted"], state["deleted"]
+    queue.paused, queue.broadcast = state["paused"], state["broadcast"]
+    if state["leases"] is not None:
+        queue.leases = state["leases"] * queue.partitions
+    return queue
+
+
+def _held(queue: QueueRuntime) -> tuple[Any, ...]:
+    buffered = [(p, m.queue_offset, m.commit_offset, bytes(m.body)) for p, m in queue.buffer]
+    return buffered, list(queue.cursors), queue.fed
+
+
+@PROPERTY
+@given(
+    batch=st.lists(records(), max_size=8),
+    states=st.dictionaries(st.sampled_from([1, 2, 3, 4]), QUEUE_STATE, min_size=1),
+    shifts=st.dictionaries(st.sampled_from(DESTINATIONS), st.sampled_from([0, 0, 0, 1, -1])),
+)
+def test_absorb_twins_agree_on_real_runtimes(
+    batch: list[Any], states: dict[int, dict[str, Any]], shifts: dict[tuple[int, int], int]
+) -> None:
+    """The compiled twin answers caught_up and absorb itself for a plain runtime of one
+    partition on the embedded node: the same queues take the same messages as through the
+    runtime's own methods, and leave the same buffer, cursors and feed mark."""
+    starts = {d: states[d[0]]["cursor"] + shift for d, shift in shifts.items() if d[0] in states}
+    result = AppendResult(0, 0, len(batch), tuple(range(100, 100 + len(batch))), starts, 42)
+    seen = {}
+    for name, module in (("pure", write_through), ("compiled", compiled())):
+        by_id = {qid: _runtime(qid, state) for qid, state in states.items()}
+        try:
+            outcome: Any = sorted(q.queue_id for q in module.absorb(by_id, batch, result))
+        except Exception as error:  # the same exception type is what the twins must agree on
+            outcome = type(error)
+        seen[name] = (outcome, {qid: _held(q) for qid, q in by_id.items()})
+    assert seen["compiled"] == seen["pure"]
+
+
+def test_a_batch_too_large_for_a_caught_up_queues_buffer_is_left_to_its_read() -> None:
+    batch = [Record(b"", b"q", b"", b"m%d" % i, ((1, 0),), 0, 0) for i in range(200)]
+    result = AppendResult(0, 0, 200, tuple(range(200)), {(1, 0): 0}, 42)
+    for module in (write_through, compiled()):
+        queue = _runtime(1, {**CAUGHT_UP, "buffered": 63})
+        assert module.absorb({1: queue}, batch, result) == set()  # 63 + 200 > FETCH_BATCH
+        assert _held(queue)[1:] == ([0], False) and len(queue.buffer) == 63
