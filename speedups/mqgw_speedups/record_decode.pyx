@@ -68,6 +68,23 @@ cdef inline long long _clip(long long at, long long limit) noexcept nogil:
     return at if at < limit else limit
 
 
+cdef bint _read_entry(object item, long long* commit, long long* size):
+    """A consume-queue entry's commit offset and size, if it is what the C loops read (a
+    3-tuple of ints in range); False sends the caller to the pure twin from there."""
+    if type(item) is not tuple or PyTuple_GET_SIZE(item) != 3:
+        return False
+    commit_object = <object>PyTuple_GET_ITEM(item, 0)
+    size_object = <object>PyTuple_GET_ITEM(item, 1)
+    if type(commit_object) is not int or type(size_object) is not int:
+        return False
+    try:
+        commit[0] = commit_object
+        size[0] = size_object
+    except OverflowError:
+        return False
+    return -LIMIT_62 < commit[0] < LIMIT_62 and 0 <= size[0]
+
+
 cdef bint _byte_view(buf):
     """A 1-D, contiguous memoryview of bytes: what the C loop indexes as Python does."""
     if type(buf) is not memoryview:
@@ -117,23 +134,11 @@ cdef object _decode(
     cdef uint32_t total, magic
     cdef uint64_t physical
     cdef unsigned long checked
-    cdef tuple entry
     for k in range(start, end):
         item = entries[k]
-        if type(item) is not tuple or PyTuple_GET_SIZE(item) != 3:
+        if not _read_entry(item, &commit, &size):
             return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
-        entry = <tuple>item
-        commit_object = <object>PyTuple_GET_ITEM(entry, 0)
-        size_object = <object>PyTuple_GET_ITEM(entry, 1)
-        if type(commit_object) is not int or type(size_object) is not int:
-            return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
-        try:
-            commit = commit_object
-            size = size_object
-        except OverflowError:
-            return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
-        if not (-LIMIT_62 < commit < LIMIT_62 and 0 <= size):
-            return _rest(buf, entries, k, end, base, first_offset, verify, messages, keep)
+        commit_object = <object>PyTuple_GET_ITEM(item, 0)
         size &= ENTRY_SIZE_MASK
         pos = commit - base
         if pos + size > limit:
@@ -231,19 +236,9 @@ cdef object _take(
     cdef tuple kept, fields
     for k in range(start, end):
         item = entries[k]
-        if type(item) is not tuple or PyTuple_GET_SIZE(item) != 3:
+        if not _read_entry(item, &commit, &size):
             break
         commit_object = <object>PyTuple_GET_ITEM(item, 0)
-        size_object = <object>PyTuple_GET_ITEM(item, 1)
-        if type(commit_object) is not int or type(size_object) is not int:
-            break
-        try:
-            commit = commit_object
-            size = size_object
-        except OverflowError:
-            break
-        if not (-LIMIT_62 < commit < LIMIT_62 and 0 <= size):
-            break
         found = PyDict_GetItem(young, commit_object)
         if found is NULL:
             found = PyDict_GetItem(old, commit_object)
