@@ -39,6 +39,8 @@ TWINS = sorted(path.stem for path in (Path(__file__).parent / SOURCES).glob("*.p
 # C libraries a twin links: the record encoder and decoder checksum with zlib's crc32, the
 # function Python's own zlib module calls (its headers come with Python's, zlib1g-dev on Debian).
 LIBRARIES = {"record_encode": ["z"], "record_decode": ["z"]}
+# Cython text the twins include (slot access), shipped with the sources they are built from.
+INCLUDES = sorted(str(path) for path in SOURCES.glob("*.pxi"))
 DIRECTIVES = {"language_level": "3", "boundscheck": False, "wraparound": False}
 
 
@@ -103,7 +105,12 @@ setup(
     packages=PACKAGES,
     package_dir={PACKAGE: str(SOURCES)},
     ext_modules=[
-        Extension(f"{PACKAGE}.{name}", [f"{SOURCES}/{name}.pyx"], libraries=LIBRARIES.get(name, []))
+        Extension(
+            f"{PACKAGE}.{name}",
+            [f"{SOURCES}/{name}.pyx"],
+            libraries=LIBRARIES.get(name, []),
+            depends=INCLUDES,
+        )
         for name in TWINS
     ],
     cmdclass={"build_ext": OptionalBuildExt},

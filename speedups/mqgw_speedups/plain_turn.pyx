@@ -4,10 +4,13 @@
 # deliver_run), as the general path asks them; what the loop does inline is the queue's own
 # part: the head taken from the buffer and booked in flight, the counts. A head the general
 # take treats otherwise (requeued, with an expiration, a transient from before a restart, not
-# a StoredMessage) is taken by queue.take; a queue outside the case goes to queue.pump.
+# a StoredMessage) is taken by queue.take; a queue outside the case goes to queue.pump. The
+# queue's fields are read at their slots' offsets (slot_access.pxi): the type test comes first.
 from cpython.list cimport PyList_Append
 from cpython.set cimport PySet_Add
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+
+include "slot_access.pxi"
 
 # Imported at first use: gateway/queues/scheduler.py imports this module (through
 # storage/twins.py) while gateway.queues is being imported.
@@ -18,14 +21,31 @@ cdef object QUOTA_USED = None
 cdef Py_ssize_t OVERHEAD = 0
 cdef long long EXPIRES = 0
 cdef long long REDELIVERED = 0
+# QueueRuntime's fields this module reads, as offsets (slot_access.pxi), set by _import.
+cdef Py_ssize_t PLAIN, LEASES, PAUSED, RATE_LIMIT, BYTE_LIMIT, CONSUMERS, REQUEUED, BUFFER
+cdef Py_ssize_t CHOICE, DELIVERED, RESTART_BELOW, INFLIGHT, DELIVERED_BELOW, MAYBE_DELIVERED
+cdef Py_ssize_t READY_COUNT, READY_BYTES
 
 
 cdef void _import() except *:
     global QueueRuntime, StoredMessage, NO_MESSAGES, QUOTA_USED, OVERHEAD, EXPIRES, REDELIVERED
+    global PLAIN, LEASES, PAUSED, RATE_LIMIT, BYTE_LIMIT, CONSUMERS, REQUEUED, BUFFER
+    global CHOICE, DELIVERED, RESTART_BELOW, INFLIGHT, DELIVERED_BELOW, MAYBE_DELIVERED
+    global READY_COUNT, READY_BYTES
     from gateway.queues import consumer, runtime
     from storage import record
 
-    QueueRuntime = runtime.QueueRuntime
+    cls = runtime.QueueRuntime
+    PLAIN, LEASES = slot_offset(cls, "plain"), slot_offset(cls, "leases")
+    PAUSED, RATE_LIMIT = slot_offset(cls, "paused"), slot_offset(cls, "rate_limit")
+    BYTE_LIMIT, CONSUMERS = slot_offset(cls, "byte_limit"), slot_offset(cls, "consumers")
+    REQUEUED, BUFFER = slot_offset(cls, "requeued"), slot_offset(cls, "buffer")
+    CHOICE, DELIVERED = slot_offset(cls, "choice"), slot_offset(cls, "delivered")
+    RESTART_BELOW, INFLIGHT = slot_offset(cls, "restart_below"), slot_offset(cls, "inflight")
+    DELIVERED_BELOW = slot_offset(cls, "delivered_below")
+    MAYBE_DELIVERED = slot_offset(cls, "maybe_delivered")
+    READY_COUNT, READY_BYTES = slot_offset(cls, "ready_count"), slot_offset(cls, "ready_bytes")
+    QueueRuntime = cls
     StoredMessage = record.StoredMessage
     NO_MESSAGES = runtime.PumpResult.NO_MESSAGES
     QUOTA_USED = runtime.PumpResult.QUOTA_USED
@@ -40,15 +60,15 @@ def pump(queue, quota, now):
         _import()
     if (
         type(queue) is not QueueRuntime
-        or queue.plain is not True
-        or queue.leases is not None
-        or queue.paused
-        or queue.rate_limit is not None
-        or queue.byte_limit is not None
+        or get_slot(queue, PLAIN) is not True
+        or get_slot(queue, LEASES) is not None
+        or get_slot(queue, PAUSED)
+        or get_slot(queue, RATE_LIMIT) is not None
+        or get_slot(queue, BYTE_LIMIT) is not None
         or type(quota) is not int
     ):
         return queue.pump(quota, now)
-    consumers = queue.consumers
+    consumers = get_slot(queue, CONSUMERS)
     if type(consumers) is not list or len(consumers) != 1:
         return queue.pump(quota, now)
     return _turn(queue, consumers[0], quota)
@@ -59,9 +79,9 @@ cdef object _turn(object queue, object consumer, long long quota):
     cdef long long delivered = 0
     cdef list run
     sink = consumer.sink
-    choice = queue.choice
+    choice = get_slot(queue, CHOICE)
     while delivered < quota:
-        if not (queue.requeued or queue.buffer):  # has_buffered
+        if not (get_slot(queue, REQUEUED) or get_slot(queue, BUFFER)):  # has_buffered
             return NO_MESSAGES
         if not consumer.has_credit():  # ConsumerChoice.next_consumer, one consumer
             return queue._no_consumer_ready()
@@ -71,7 +91,7 @@ cdef object _turn(object queue, object consumer, long long quota):
             return NO_MESSAGES
         sink.deliver_run(consumer, queue, run)
         delivered += len(run)
-        queue.delivered += len(run)
+        set_slot(queue, DELIVERED, get_slot(queue, DELIVERED) + len(run))
     return QUOTA_USED
 
 
@@ -85,12 +105,12 @@ cdef list _take_run(object queue, object room_object, object headroom_object):
     cdef long long booked_bytes = 0
     cdef Py_ssize_t size
     cdef long long offset, flags
-    buffer = queue.buffer
-    requeued = queue.requeued
-    restart_below = queue.restart_below
-    inflight = queue.inflight
-    delivered_below = queue.delivered_below
-    maybe_delivered = queue.maybe_delivered
+    buffer = get_slot(queue, BUFFER)
+    requeued = get_slot(queue, REQUEUED)
+    restart_below = get_slot(queue, RESTART_BELOW)
+    inflight = get_slot(queue, INFLIGHT)
+    delivered_below = get_slot(queue, DELIVERED_BELOW)
+    maybe_delivered = get_slot(queue, MAYBE_DELIVERED)
     while len(run) < room:
         taken = None
         if not requeued and buffer:
@@ -113,8 +133,7 @@ cdef list _take_run(object queue, object room_object, object headroom_object):
             if not requeued and not buffer:
                 break
             if booked:  # the general take reads the counts: ours first
-                queue.ready_count -= booked
-                queue.ready_bytes -= booked_bytes
+                _book(queue, booked, booked_bytes)
                 booked = booked_bytes = 0
             taken = queue.take(None)
             if taken is None:
@@ -125,9 +144,14 @@ cdef list _take_run(object queue, object room_object, object headroom_object):
         if spent > headroom:
             break
     if booked:
-        queue.ready_count -= booked
-        queue.ready_bytes -= booked_bytes
+        _book(queue, booked, booked_bytes)
     return run
+
+
+cdef void _book(object queue, Py_ssize_t booked, long long booked_bytes) except *:
+    """The taken messages out of the queue's ready counts."""
+    set_slot(queue, READY_COUNT, get_slot(queue, READY_COUNT) - booked)
+    set_slot(queue, READY_BYTES, get_slot(queue, READY_BYTES) - booked_bytes)
 
 
 cdef object _common_head(object item, object restart_below):

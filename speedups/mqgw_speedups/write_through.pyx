@@ -4,12 +4,14 @@
 # theirs (Python). Input outside the common domain (records or offsets not tuples or lists,
 # a record not a 7-tuple, destinations not a tuple of 2-tuples, starts not a dict) goes to
 # the pure twin. A plain QueueRuntime of one partition on the embedded node (its fields in
-# slots) is asked inline, as StoreReads.caught_up and absorb would answer; any other queue is
-# asked through its methods.
+# slots, read at their offsets: slot_access.pxi) is asked inline, as StoreReads.caught_up and
+# absorb would answer; any other queue is asked through its methods.
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+
+include "slot_access.pxi"
 
 cdef object _new_tuple = tuple.__new__
 # The pure twin and StoredMessage, imported at first use: gateway/vhost/host.py imports this
@@ -19,48 +21,62 @@ cdef object StoredMessage = None
 cdef object QueueRuntime = None
 cdef Py_ssize_t LOW_WATER = 0
 cdef Py_ssize_t FETCH_BATCH = 0
+# QueueRuntime's fields read here, as offsets (slot_access.pxi), set by _import_pure.
+cdef Py_ssize_t LEASES, CURSORS, EXHAUSTED, CONSUMERS, DELETED, PAUSED, BROADCAST, BUFFER
+cdef Py_ssize_t QUEUE_ID, FED
 
 
 cdef void _import_pure() except *:
     global _pure, StoredMessage, QueueRuntime, LOW_WATER, FETCH_BATCH
+    global LEASES, CURSORS, EXHAUSTED, CONSUMERS, DELETED, PAUSED, BROADCAST, BUFFER, QUEUE_ID, FED
     from gateway.queues import runtime, store_reads
     from gateway.vhost import write_through
     from storage.record import StoredMessage as stored
 
     _pure = write_through
     StoredMessage = stored
-    QueueRuntime = runtime.QueueRuntime
+    cls = runtime.QueueRuntime
+    LEASES, CURSORS = slot_offset(cls, "leases"), slot_offset(cls, "cursors")
+    EXHAUSTED, CONSUMERS = slot_offset(cls, "exhausted"), slot_offset(cls, "consumers")
+    DELETED, PAUSED = slot_offset(cls, "deleted"), slot_offset(cls, "paused")
+    BROADCAST, BUFFER = slot_offset(cls, "broadcast"), slot_offset(cls, "buffer")
+    QUEUE_ID, FED = slot_offset(cls, "queue_id"), slot_offset(cls, "fed")
+    QueueRuntime = cls
     LOW_WATER = store_reads.LOW_WATER
     FETCH_BATCH = store_reads.FETCH_BATCH
 
 
-cdef bint _inline(object queue):
+cdef bint _inline(object queue) except -1:
     """Whether ``queue`` is one caught_up and absorb are answered for here."""
-    return type(queue) is QueueRuntime and queue.leases is None and len(queue.cursors) == 1
+    return (
+        type(queue) is QueueRuntime
+        and get_slot(queue, LEASES) is None
+        and len(get_slot(queue, CURSORS)) == 1
+    )
 
 
-cdef bint _caught_up(object queue, dict starts):
+cdef bint _caught_up(object queue, dict starts) except -1:
     """StoreReads.caught_up for an ``_inline`` queue."""
-    if not queue.exhausted or not queue.consumers or queue.deleted or queue.paused:
+    if not get_slot(queue, EXHAUSTED) or not get_slot(queue, CONSUMERS):
         return False
-    if queue.broadcast:
+    if get_slot(queue, DELETED) or get_slot(queue, PAUSED) or get_slot(queue, BROADCAST):
         return False
-    buffer = queue.buffer
+    buffer = get_slot(queue, BUFFER)
     if buffer and len(buffer) >= LOW_WATER:
         return False
-    cursor = queue.cursors[0]
-    found = PyDict_GetItem(starts, (queue.queue_id, 0))
+    cursor = get_slot(queue, CURSORS)[0]
+    found = PyDict_GetItem(starts, (get_slot(queue, QUEUE_ID), 0))
     return (<object>found if found is not NULL else cursor) == cursor
 
 
-cdef bint _absorb(object queue, list messages):
+cdef bint _absorb(object queue, list messages) except -1:
     """StoreReads.absorb for an ``_inline`` queue."""
-    buffer = queue.buffer
+    buffer = get_slot(queue, BUFFER)
     if len(buffer) + len(messages) > FETCH_BATCH:
         return False
     buffer.extend(messages)
-    queue.cursors[0] += len(messages)
-    queue.fed = True
+    get_slot(queue, CURSORS)[0] += len(messages)
+    set_slot(queue, FED, True)
     return True
 
 
