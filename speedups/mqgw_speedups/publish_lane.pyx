@@ -1,15 +1,18 @@
 # The compiled twin of gateway/sessions/publish_lane.py: the same publishes routed, the same
 # records, counts and confirms, the same index returned. The flags, delivery mode and routing
 # key are read through the C API; channels and queues stay Python objects (their fields are
-# read and written as the pure twin does). Input outside the common domain (containers of
-# other types, property bytes that are not bytes, names that are not str) goes to the pure
-# twin from that publish on.
+# read and written as the pure twin does; a Publish's and a QueueRuntime's at their slots'
+# offsets, slot_access.pxi). Input outside the common domain (containers of other types, a
+# publish not a Publish, property bytes that are not bytes, names that are not str) goes to
+# the pure twin from that publish on.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
 from cpython.set cimport PySet_Add
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_GET_LENGTH, PyUnicode_Tailmatch
+
+include "slot_access.pxi"
 
 cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
@@ -19,17 +22,53 @@ cdef object _new_tuple = tuple.__new__
 # this module through storage/twins.py while gateway.sessions is still being imported.
 cdef object _pure = None
 cdef object Record = None
+cdef object Publish = None
+cdef object QueueRuntime = None
+# Publish's and QueueRuntime's fields read here, as offsets (slot_access.pxi): a publish of
+# another class goes to the pure twin, a queue of another class is read by name.
+cdef Py_ssize_t P_CHANNEL, P_EXCHANGE, P_KEY, P_IMMEDIATE, P_PROPERTIES, P_BODY
+cdef Py_ssize_t Q_REJECTS, Q_PARTITIONS, Q_PLAIN, Q_READY_COUNT, Q_READY_BYTES, Q_ENQUEUED
+cdef Py_ssize_t Q_QUEUE_ID
 cdef str REPLY_PREFIX = "amq.rabbitmq.reply-to."
 cdef bytes NO_EXCHANGE = b""
 
 
 cdef void _import_pure() except *:
-    global _pure, Record
+    global _pure, Record, Publish, QueueRuntime
+    global P_CHANNEL, P_EXCHANGE, P_KEY, P_IMMEDIATE, P_PROPERTIES, P_BODY
+    global Q_REJECTS, Q_PARTITIONS, Q_PLAIN, Q_READY_COUNT, Q_READY_BYTES, Q_ENQUEUED, Q_QUEUE_ID
+    from gateway.amqp.events import Publish as publish
+    from gateway.queues.runtime import QueueRuntime as queue
     from gateway.sessions import publish_lane
     from storage.record import Record as record
 
+    P_CHANNEL, P_EXCHANGE = slot_offset(publish, "channel"), slot_offset(publish, "exchange")
+    P_KEY, P_IMMEDIATE = slot_offset(publish, "routing_key"), slot_offset(publish, "immediate")
+    P_PROPERTIES = slot_offset(publish, "properties_bytes")
+    P_BODY = slot_offset(publish, "body")
+    Q_REJECTS = slot_offset(queue, "rejects_publish")
+    Q_PARTITIONS, Q_PLAIN = slot_offset(queue, "partitions"), slot_offset(queue, "plain")
+    Q_ENQUEUED, Q_READY_COUNT = slot_offset(queue, "enqueued"), slot_offset(queue, "ready_count")
+    Q_READY_BYTES = slot_offset(queue, "ready_bytes")
+    Q_QUEUE_ID = slot_offset(queue, "queue_id")
     _pure = publish_lane
     Record = record
+    Publish = publish
+    QueueRuntime = queue
+
+
+cdef inline object _field(object queue, Py_ssize_t offset, str name):
+    """A queue's field: at its slot for a QueueRuntime, by name for a subclass's instance
+    (which may answer with a property of its own)."""
+    return get_slot(queue, offset) if type(queue) is QueueRuntime else getattr(queue, name)
+
+
+cdef inline void _add(object queue, Py_ssize_t offset, str name, object amount) except *:
+    """A queue's counter raised by ``amount`` (as _field reads it)."""
+    if type(queue) is QueueRuntime:
+        set_slot(queue, offset, get_slot(queue, offset) + amount)
+    else:
+        setattr(queue, name, getattr(queue, name) + amount)
 
 
 cdef enum:
@@ -61,19 +100,22 @@ def route_run(batch, Py_ssize_t start, channels, queues, now_ms, records, woken,
     cdef PyObject* found
     while index < end:
         publish = (<list>batch)[index]
-        properties = publish.properties_bytes
-        key = publish.routing_key
-        exchange = publish.exchange
+        if type(publish) is not Publish:
+            return _pure.route_run(batch, index, channels, queues, now_ms, records, woken,
+                                   confirms, confirm_records)
+        properties = get_slot(publish, P_PROPERTIES)
+        key = get_slot(publish, P_KEY)
+        exchange = get_slot(publish, P_EXCHANGE)
         if type(properties) is not bytes or type(key) is not str or type(exchange) is not str:
             return _pure.route_run(batch, index, channels, queues, now_ms, records, woken,
                                    confirms, confirm_records)
-        found = PyDict_GetItem(<dict>channels, publish.channel)
+        found = PyDict_GetItem(<dict>channels, get_slot(publish, P_CHANNEL))
         if found is NULL:
             return index
         channel = <object>found
         if channel.closing or channel.tx_mode:
             return index
-        if PyUnicode_GET_LENGTH(exchange) or publish.immediate:
+        if PyUnicode_GET_LENGTH(exchange) or get_slot(publish, P_IMMEDIATE):
             return index
         size = PyBytes_GET_SIZE(properties)
         data = <const unsigned char*>PyBytes_AS_STRING(properties)
@@ -102,23 +144,26 @@ def route_run(batch, Py_ssize_t start, channels, queues, now_ms, records, woken,
         if found is NULL:
             return index
         queue = <object>found
-        if queue.rejects_publish or queue.partitions != 1:
+        if _field(queue, Q_REJECTS, "rejects_publish"):
             return index
-        body = publish.body
+        if _field(queue, Q_PARTITIONS, "partitions") != 1:
+            return index
+        body = get_slot(publish, P_BODY)
         confirm_mode = channel.confirm_mode
-        if (queue.plain and delivery_mode != 2 and not confirm_mode
+        if (_field(queue, Q_PLAIN, "plain") and delivery_mode != 2 and not confirm_mode
                 and queue.deliver_now("", key, properties, body, now_ms)):
             index += 1  # handed to a no-ack consumer at once: nothing to store
             continue
-        queue.ready_count += 1  # queue.count_in, without its call (no expiration here)
-        queue.ready_bytes += len(body)
-        queue.enqueued += 1
+        # queue.count_in, without its call (no expiration here)
+        _add(queue, Q_READY_COUNT, "ready_count", 1)
+        _add(queue, Q_READY_BYTES, "ready_bytes", len(body))
+        _add(queue, Q_ENQUEUED, "enqueued", 1)
         fields = (
             NO_EXCHANGE,
             PyUnicode_AsUTF8String(key),
             properties,
             body,
-            ((queue.queue_id, 0),),
+            ((_field(queue, Q_QUEUE_ID, "queue_id"), 0),),
             now_ms,
             PERSISTENT if delivery_mode == 2 else 0,
         )

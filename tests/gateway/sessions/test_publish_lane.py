@@ -47,8 +47,24 @@ QUEUES = {  # name -> (partitions, plain, rejects_publish)
     # Not a name a client can declare: here it tells a lane that checks for direct reply-to
     # keys from one that finds this queue.
     "amq.rabbitmq.reply-to.abc": (1, False, False),
+    # Runtimes of a subclass (OwnPartitions): the compiled lane reads their fields by name.
+    "own": (1, True, False),
+    "own-spread": (2, False, False),
 }
 KEYS = [*QUEUES, "nowhere"]
+
+
+class OwnPartitions(QueueRuntime):
+    """A runtime whose ``partitions`` is a property of its own, as a subclass may answer: a
+    lane that read QueueRuntime's slot instead would find it unset."""
+
+    @property  # type: ignore[override]
+    def partitions(self) -> int:
+        return int(self.__dict__["own_partitions"])
+
+    @partitions.setter
+    def partitions(self, value: int) -> None:
+        self.__dict__["own_partitions"] = value
 
 
 def _properties(draw: st.DrawFn) -> bytes:
@@ -94,7 +110,8 @@ class World:
         self.queues: dict[str, QueueRuntime] = {}
         for number, (name, (partitions, plain, refusing)) in enumerate(QUEUES.items()):
             definition = QueueDef(vhost="/", name=name, queue_id=number + 1, partitions=partitions)
-            queue = QueueRuntime(definition, cast(Any, None))
+            runtime = OwnPartitions if name.startswith("own") else QueueRuntime
+            queue = runtime(definition, cast(Any, None))
             queue.plain, queue.rejects_publish = plain, refusing
             queue.pick_partition = lambda gray=False: 1  # type: ignore[method-assign]
             queue.deliver_now = self._deliver_now  # type: ignore[method-assign]
