@@ -38,6 +38,7 @@ PURE_ENV = "MQGW_PURE_PYTHON"
 # Each compiled twin (speedups/mqgw_speedups/<name>.pyx) -> its pure module.
 HOT_MODULES = {
     "deliver_frame": "gateway.amqp.deliver_frame",
+    "deliver_run": "gateway.sessions.deliver_run",
     "publish_cut": "gateway.amqp.publish_cut",
     "plain_turn": "gateway.queues.plain_turn",
     "publish_lane": "gateway.sessions.publish_lane",

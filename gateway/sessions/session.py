@@ -38,15 +38,17 @@ from gateway.amqp import (
     frame_writer,
 )
 from gateway.amqp.errors import InternalError, NotFound
-from gateway.queues.consumer import DELIVERY_OVERHEAD_BYTES, LANE_NORMAL, Taken
+from gateway.queues.consumer import DELIVERY_OVERHEAD_BYTES, LANE_NORMAL
 from gateway.queues.rate_limit import Limits
 from gateway.queues.runtime import QueueRuntime
+from gateway.sessions import deliver_run as deliver_runs
 from gateway.sessions.access import NO_GRANTS, Grants
 from gateway.sessions.basic_methods import basic_acks
 from gateway.sessions.batch_publish import publish_batch
 from gateway.sessions.channel_state import ChannelState, Consumer, Delivery
 from gateway.sessions.confirms import ConfirmItem, send_confirms
 from gateway.sessions.connection_limits import count_out
+from gateway.sessions.deliver_run import HIGH_WATER_BYTES, LOW_WATER_BYTES
 from gateway.sessions.event_runs import PUBLISHES, event_runs
 from gateway.sessions.handlers import handle_method
 from gateway.sessions.handshake import authenticate, open_vhost, update_secret
@@ -62,8 +64,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mqgw.connection")
 
 THROTTLED_READ_SIZE = 4 << 10  # a read's size while publish limits apply
-HIGH_WATER_BYTES = 4 << 20  # stop delivering to a connection whose output is this far behind
-LOW_WATER_BYTES = 1 << 20
 
 
 class Session:
@@ -207,56 +207,9 @@ class Session:
         if not self.dirty_marked:  # mark_dirty's own test, without its call per delivery
             self.mark_dirty()
 
-    def deliver_run(self, consumer: Consumer, queue: QueueRuntime, run: list[Taken]) -> None:
-        """``deliver`` for each of ``run``, in one call: the queue's run to one consumer
-        (gateway/queues/runtime.py). Each is booked, tapped, counted and framed as there."""
-        channel = consumer.channel
-        number, consumer_tag, no_ack = channel.number, consumer.tag, consumer.no_ack
-        tap, limits = self.tap, self.limits
-        at = self.now()  # one moment for the run (the consumer timeout reads it)
-        one_write, frame_max = frame_writer.deliver_one_write, self.conn.frame_max
-        unacked = channel.unacked
-        pending = self.pending_bytes
-        redeliveries = 0
-        frames: list[frame_writer.Buffer] = []  # the run's, queued with one send_frames
-        for partition, message, redelivered in run:
-            tag = channel.next_delivery_tag  # ChannelState.record_delivery, inline
-            channel.next_delivery_tag = tag + 1
-            if no_ack:
-                queue.settle(partition, message)
-            else:
-                unacked[tag] = Delivery(queue, partition, message, consumer, at)
-                consumer.unacked += 1
-            sent = message
-            if tap is not None:
-                sent = tap.delivered(channel, queue, message, redelivered, tag)
-            redeliveries += redelivered
-            _, _, exchange, key, properties, body, _, _, _ = sent
-            frame = one_write(
-                number, consumer_tag, tag, redelivered, exchange, key, properties, body, frame_max
-            )  # frame_writer.deliver's common case, without its call
-            if frame is not None:
-                frames.append(frame)
-            else:
-                frames += frame_writer.deliver(
-                    number, consumer_tag, tag, redelivered, exchange, key, properties, body,
-                    frame_max,
-                )  # fmt: skip
-            if limits is not None:
-                limits.take(len(body))
-            pending += len(body) + DELIVERY_OVERHEAD_BYTES
-        self.conn.send_frames(number, frames)  # dropped, as each would be, if channel closed
-        counts = self.node.stats
-        if no_ack:
-            counts.deliver_no_ack += len(run)
-        else:
-            counts.deliver += len(run)
-        counts.redeliver += redeliveries
-        self.pending_bytes = pending
-        if pending + self.sending_bytes > HIGH_WATER_BYTES:
-            self.writable = False
-        if not self.dirty_marked:
-            self.mark_dirty()
+    # A queue's run to one consumer, each message as deliver() books and frames it
+    # (gateway/sessions/deliver_run.py, compiled where built).
+    deliver_run = deliver_runs.picked
 
     def byte_room(self) -> int:
         return HIGH_WATER_BYTES - self.pending_bytes - self.sending_bytes
