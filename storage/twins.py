@@ -37,6 +37,7 @@ COMPILED_PACKAGE = "mqgw_speedups"
 PURE_ENV = "MQGW_PURE_PYTHON"
 # Each compiled twin (speedups/mqgw_speedups/<name>.pyx) -> its pure module.
 HOT_MODULES = {
+    "consumer_credit": "gateway.sessions.consumer_credit",
     "deliver_frame": "gateway.amqp.deliver_frame",
     "deliver_run": "gateway.sessions.deliver_run",
     "publish_cut": "gateway.amqp.publish_cut",

@@ -89,3 +89,6 @@ class QueueConsumer(Protocol):
         """Called when ``has_credit`` just said yes: how many messages in a row (at most
         ``most``) it may take before its own deliveries end its credit, its connection's
         output backlog aside (the sink's ``byte_room``)."""
+
+    def grant(self, most: int) -> int:
+        """``has_credit`` and then ``room(most)`` in one call: 0 when it has no credit."""

@@ -5,7 +5,7 @@ The pure twin is the general path itself. The compiled one
 (speedups/mqgw_speedups/plain_turn.pyx, picked by storage/twins.py) takes a plain queue
 (``QueueRuntime.plain``: one partition, FIFO, no limits, TTL or delivery counts) on the
 embedded node (no leases), neither paused nor rate limited, with one consumer: it asks the
-consumer for credit and room and the sink for byte room as the general path does, takes
+consumer for credit and room in one call (``grant``) and the sink for byte room, takes
 each message from the head inline (a message with an expiration, a requeued one and a
 transient one from before a restart go through ``take``), and hands each run to the sink.
 Anything else goes to ``queue.pump``. tests/gateway/queues/test_plain_turn_twins.py holds the

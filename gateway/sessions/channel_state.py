@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gateway.sessions import consumer_credit
 from storage import Record, StoredMessage
 
 if TYPE_CHECKING:
@@ -61,6 +62,10 @@ class Consumer:
         if self.prefetch and self.unacked >= self.prefetch:
             return False
         return not (channel.prefetch_global and len(channel.unacked) >= channel.prefetch_global)
+
+    # has_credit(), then room(most), in one call: 0 when it has no credit
+    # (gateway/sessions/consumer_credit.py, compiled where built).
+    grant = consumer_credit.picked
 
     def room(self, most: int) -> int:
         # Within a run only its own deliveries change what has_credit reads: its unacked

@@ -1,7 +1,7 @@
 # The compiled twin of gateway/queues/plain_turn.py: a plain queue's turn with one consumer in
 # one call, the same deliveries, results and queue state as QueueRuntime.pump. The consumer
-# and the sink are asked through their Protocol methods (has_credit, room, byte_room,
-# deliver_run), as the general path asks them; what the loop does inline is the queue's own
+# and the sink are asked through their Protocol methods (grant, which is has_credit and room
+# in one call; byte_room, deliver_run); what the loop does inline is the queue's own
 # part: the head taken from the buffer and booked in flight, the counts. A head the general
 # take treats otherwise (requeued, with an expiration, a transient from before a restart, not
 # a StoredMessage) is taken by queue.take; a queue outside the case goes to queue.pump. The
@@ -83,10 +83,12 @@ cdef object _turn(object queue, object consumer, long long quota):
     while delivered < quota:
         if not (get_slot(queue, REQUEUED) or get_slot(queue, BUFFER)):  # has_buffered
             return NO_MESSAGES
-        if not consumer.has_credit():  # ConsumerChoice.next_consumer, one consumer
+        # ConsumerChoice.next_consumer for one consumer, and its room: in one call
+        room = consumer.grant(quota - delivered)
+        if not room:
             return queue._no_consumer_ready()
         choice._rr = 1
-        run = _take_run(queue, consumer.room(quota - delivered), sink.byte_room())
+        run = _take_run(queue, room, sink.byte_room())
         if not run:
             return NO_MESSAGES
         sink.deliver_run(consumer, queue, run)
