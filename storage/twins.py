@@ -45,6 +45,7 @@ HOT_MODULES = {
     "publish_lane": "gateway.sessions.publish_lane",
     "record_decode": "storage.record_decode",
     "record_encode": "storage.record_encode",
+    "settle_acks": "gateway.sessions.settle_acks",
     "write_through": "gateway.vhost.write_through",
 }
 # Written into mqgw_speedups by a build that could not compile (setup.py): the reason.

@@ -42,6 +42,7 @@ from gateway.queues.consumer import DELIVERY_OVERHEAD_BYTES, LANE_NORMAL
 from gateway.queues.rate_limit import Limits
 from gateway.queues.runtime import QueueRuntime
 from gateway.sessions import deliver_run as deliver_runs
+from gateway.sessions import settle_acks
 from gateway.sessions.access import NO_GRANTS, Grants
 from gateway.sessions.basic_methods import basic_acks
 from gateway.sessions.batch_publish import publish_batch
@@ -357,14 +358,9 @@ class Session:
         woken: set[QueueRuntime] = set()
         if self.tap is not None:
             self.tap.settled(deliveries, requeue)
-        if requeue is None:  # acks, the common case: one branch per delivery
+        if requeue is None:  # acks, the common case (settle_acks.py, compiled where built)
             self.node.stats.ack += len(deliveries)
-            for delivery in deliveries:
-                queue = delivery.queue
-                queue.settle(delivery.partition, delivery.message)
-                if delivery.consumer is not None:
-                    delivery.consumer.unacked -= 1
-                woken.add(queue)
+            woken = settle_acks.picked_settle(deliveries)
         else:
             for delivery in deliveries:
                 queue = delivery.queue
@@ -380,9 +376,9 @@ class Session:
                 woken.add(queue)
         if channel.prefetch_global:
             woken.update(channel.queues_with_consumers())
-        for queue in woken:
-            if queue.may_deliver:  # an idle queue is woken by its next publish instead
-                self.node.scheduler.wake(queue)
+        wake = self.node.scheduler.wake
+        for queue in settle_acks.picked_worth_a_turn(woken):
+            wake(queue)
 
     def requeue_unacked(self, channel: ChannelState) -> None:
         """Every delivery the channel holds goes back, redelivered (recover, channel close)."""
