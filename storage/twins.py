@@ -40,6 +40,7 @@ HOT_MODULES = {
     "consumer_credit": "gateway.sessions.consumer_credit",
     "deliver_frame": "gateway.amqp.deliver_frame",
     "deliver_run": "gateway.sessions.deliver_run",
+    "index_dispatch": "storage.log.index_dispatch",
     "publish_cut": "gateway.amqp.publish_cut",
     "plain_turn": "gateway.queues.plain_turn",
     "publish_lane": "gateway.sessions.publish_lane",

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from storage.errors import DiskFull, StoreWriteError
+from storage.log import index_dispatch
 from storage.log.consume_queue import ConsumeQueue
 from storage.log.queue_catalog import QueueCatalog
-from storage.record import CQ_ENTRY, CQ_ENTRY_SIZE, DispatchRun, Record, any_persistent
+from storage.record import Record, any_persistent
 from storage.results import AppendResult
 
 
@@ -40,7 +41,7 @@ class Appending(QueueCatalog):
         # full disk where recovery could not rebuild them, leaves it readable.
         hold = self.index_write_behind and not any_persistent(records)
         try:
-            self._dispatch(runs, undo, starts, hold)
+            index_dispatch.picked(self.cqs, runs, undo, starts, hold)
         except OSError as exc:
             # Backwards: a queue reached by several runs ends where its first one found it.
             for cq, max_offset, last_commit in reversed(undo):
@@ -54,21 +55,3 @@ class Appending(QueueCatalog):
         return AppendResult(
             first, self.commit_log.write_offset, len(records), tuple(offsets), starts, store_ts
         )
-
-    def _dispatch(
-        self,
-        runs: list[DispatchRun],
-        undo: list[tuple[ConsumeQueue, int, int]],
-        starts: dict[tuple[int, int], int],
-        defer: bool,
-    ) -> None:
-        cqs = self.cqs
-        for destinations, entries, _ in runs:
-            last_commit = CQ_ENTRY.unpack_from(entries, len(entries) - CQ_ENTRY_SIZE)[0]
-            for destination in destinations:
-                cq = cqs.get(destination)
-                if cq is None:
-                    continue  # queue deleted between routing and append: nothing to index
-                undo.append((cq, cq.max_offset, cq.last_commit_offset))
-                starts.setdefault(destination, cq.max_offset)
-                cq.append(entries, last_commit, defer)
