@@ -3,8 +3,9 @@
 
 Each message is booked (its delivery tag, and unacked unless no-ack), tapped, counted and
 framed as ``Session.deliver`` does it alone; the run's frames go to the connection in one
-``send_frames``. This pure module is the reference; its compiled twin
-(speedups/mqgw_speedups/deliver_run.pyx, picked by storage/twins.py) does the same for a
+``send_frames``. Before each run the queue asks ``Session.byte_room``: the bytes of output the
+session takes before it is too far behind. This pure module is the reference; its compiled
+twin (speedups/mqgw_speedups/deliver_run.pyx, picked by storage/twins.py) does the same for a
 session without a tap or rate limits, and hands any other to this one.
 tests/gateway/sessions/test_deliver_run_twins.py holds the two equal on real sessions.
 """
@@ -79,4 +80,11 @@ def deliver_run(
         session.mark_dirty()
 
 
+def byte_room(session: Session) -> int:
+    """Bytes of output the session takes before it is too far behind (``Session.byte_room``,
+    asked before each run)."""
+    return HIGH_WATER_BYTES - session.pending_bytes - session.sending_bytes
+
+
 picked = twins.pick(deliver_run)  # what Session.deliver_run is
+picked_byte_room = twins.pick(byte_room)  # what Session.byte_room is

@@ -212,8 +212,8 @@ class Session:
     # (gateway/sessions/deliver_run.py, compiled where built).
     deliver_run = deliver_runs.picked
 
-    def byte_room(self) -> int:
-        return HIGH_WATER_BYTES - self.pending_bytes - self.sending_bytes
+    # HIGH_WATER_BYTES less what is waiting to be sent (deliver_run.py, compiled where built).
+    byte_room = deliver_runs.picked_byte_room
 
     # -- events ---------------------------------------------------------------------------
 

@@ -125,3 +125,10 @@ def deliver_run(session, consumer, queue, run):
         session.writable = False
     if not session.dirty_marked:
         session.mark_dirty()
+
+
+def byte_room(session):
+    """See gateway.sessions.deliver_run.byte_room."""
+    if _pure is None:
+        _import()
+    return HIGH_WATER - session.pending_bytes - session.sending_bytes

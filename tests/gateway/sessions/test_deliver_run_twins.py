@@ -1,7 +1,7 @@
 """A run's compiled delivery (speedups/mqgw_speedups/deliver_run.pyx) against the pure one
 (gateway/sessions/deliver_run.py): on real sessions, the same bytes sent, tags, unacked
-deliveries (each with its queue, partition, message, consumer and moment), counts, backlog,
-writability and queue state.
+deliveries (each with its queue, partition, message, consumer and moment), counts, backlog
+(and the byte room it leaves), writability and queue state.
 
 Hypothesis varies what the compiled twin books itself (acked or no-ack deliveries, redelivered
 flags, small bodies framed in one write and large ones in several, a backlog the run pushes
@@ -36,6 +36,7 @@ def compiled() -> Any:
 def test_sessions_deliver_runs_with_the_compiled_twin_unless_pure_is_forced() -> None:
     chosen = deliver_run if twins.pure_forced() else compiled()
     assert Session.deliver_run is chosen.deliver_run
+    assert Session.byte_room is chosen.byte_room
 
 
 class OwnMessage(StoredMessage):
@@ -54,15 +55,17 @@ class Case(NamedTuple):
     run: list[Taken]
     no_ack: bool
     backlog: int
+    sending: int  # bytes the writer has taken and is sending
     first_tag: int
     dirty: bool  # the writer already woken
     session_state: str  # "", "limits", "channel closed"
 
 
-def _delivered(deliver: Any, case: Case) -> tuple[Any, ...]:
+def _delivered(twin: Any, case: Case) -> tuple[Any, ...]:
     queue = QueueRuntime(QueueDef(vhost="/", name="q", queue_id=7), None)  # type: ignore[arg-type]
     session, channel, consumer = subscribed(queue, case.no_ack, 0, 0, case.backlog)
     session.node.scheduler.clock.advance(12.5)  # type: ignore[attr-defined]
+    session.sending_bytes = case.sending
     channel.next_delivery_tag = case.first_tag
     if case.dirty:
         session.mark_dirty()
@@ -77,13 +80,15 @@ def _delivered(deliver: Any, case: Case) -> tuple[Any, ...]:
         message = StoredMessage(*fields) if taken.stored else OwnMessage(*fields)
         queue.inflight[0].add(offset)  # as the take booked it
         run.append((0, message, taken.redelivered))
-    deliver(session, consumer, queue, run)
+    room_before = twin.byte_room(session)
+    twin.deliver_run(session, consumer, queue, run)
     deliveries = [
         (tag, d.queue is queue, d.partition, d.message, d.consumer is consumer, d.at)
         for tag, d in channel.unacked.items()
     ]
     tokens = session.limits.msg_buckets[0].tokens if session.limits is not None else None
-    return observed(session, channel, queue), deliveries, consumer.unacked, tokens
+    rooms = (room_before, twin.byte_room(session))
+    return observed(session, channel, queue), deliveries, consumer.unacked, tokens, rooms
 
 
 taken = st.builds(
@@ -97,6 +102,7 @@ cases = st.builds(
     run=st.lists(taken, max_size=12),
     no_ack=st.booleans(),
     backlog=st.sampled_from([0, HIGH_WATER_BYTES // 2, HIGH_WATER_BYTES - 100, HIGH_WATER_BYTES]),
+    sending=st.sampled_from([0, 0, 1000, HIGH_WATER_BYTES // 2]),
     first_tag=st.sampled_from([1, 1, 7]),
     dirty=st.booleans(),
     session_state=st.sampled_from([""] * 8 + ["limits", "channel closed"]),
@@ -106,7 +112,7 @@ cases = st.builds(
 @settings(max_examples=400, deadline=None)
 @given(cases)
 def test_the_compiled_run_delivers_what_the_pure_one_does(case: Case) -> None:
-    assert _delivered(compiled().deliver_run, case) == _delivered(deliver_run.deliver_run, case)
+    assert _delivered(compiled(), case) == _delivered(deliver_run, case)
 
 
 def test_a_run_is_booked_and_framed_in_one_send() -> None:
@@ -114,10 +120,10 @@ def test_a_run_is_booked_and_framed_in_one_send() -> None:
     unacked at the session's moment, counted, and the writer woken."""
     case = Case(
         [Taken(10, False, True), Taken(200_000, True, True), Taken(0, False, True)],
-        no_ack=False, backlog=0, first_tag=5, dirty=False, session_state="",
+        no_ack=False, backlog=0, sending=0, first_tag=5, dirty=False, session_state="",
     )  # fmt: skip
-    seen, deliveries, unacked, _ = _delivered(compiled().deliver_run, case)
-    assert (seen, deliveries, unacked) == _delivered(deliver_run.deliver_run, case)[:3]
+    seen, deliveries, unacked, _, rooms = _delivered(compiled(), case)
+    assert (seen, deliveries, unacked) == _delivered(deliver_run, case)[:3]
     at = (T0_MS + 12_500) / 1000  # the session's clock when the run went
     booked = [
         (tag, mine, partition, ours, when) for tag, mine, partition, _, ours, when in deliveries
@@ -127,3 +133,4 @@ def test_a_run_is_booked_and_framed_in_one_send() -> None:
     assert seen[7] == (3, 0, 1)  # delivered, no-ack, redelivered
     assert seen[6] is True  # the writer is woken
     assert seen[4] == 10 + 200_000 + 3 * deliver_run.DELIVERY_OVERHEAD_BYTES
+    assert rooms == (HIGH_WATER_BYTES, HIGH_WATER_BYTES - seen[4])
