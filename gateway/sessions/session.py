@@ -355,13 +355,14 @@ class Session:
 
         ``backoff``: a requeue from a queue in backoff mode waits on the redelivery ladder
         (false for what a closing channel or basic.recover gives back)."""
-        woken: set[QueueRuntime] = set()
+        woken: set[QueueRuntime]
         if self.tap is not None:
             self.tap.settled(deliveries, requeue)
         if requeue is None:  # acks, the common case (settle_acks.py, compiled where built)
             self.node.stats.ack += len(deliveries)
             woken = settle_acks.picked_settle(deliveries)
         else:
+            woken = set()
             for delivery in deliveries:
                 queue = delivery.queue
                 if requeue and backoff and queue.behaviour.redelivery == "backoff":

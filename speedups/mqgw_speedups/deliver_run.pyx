@@ -95,7 +95,7 @@ def deliver_run(session, consumer, queue, run):
             set_slot(delivery, D_CONSUMER, consumer)
             set_slot(delivery, D_AT, at)
             unacked[tag] = delivery
-            set_slot(consumer, C_UNACKED, get_slot(consumer, C_UNACKED) + 1)
+            add_to_slot(consumer, C_UNACKED, 1)
         if redelivered:
             redeliveries += 1
         exchange = <object>PyTuple_GET_ITEM(message, 2)

@@ -93,7 +93,7 @@ cdef object _turn(object queue, object consumer, long long quota):
             return NO_MESSAGES
         sink.deliver_run(consumer, queue, run)
         delivered += len(run)
-        set_slot(queue, DELIVERED, get_slot(queue, DELIVERED) + len(run))
+        add_to_slot(queue, DELIVERED, len(run))
     return QUOTA_USED
 
 
@@ -152,8 +152,8 @@ cdef list _take_run(object queue, object room_object, object headroom_object):
 
 cdef void _book(object queue, Py_ssize_t booked, long long booked_bytes) except *:
     """The taken messages out of the queue's ready counts."""
-    set_slot(queue, READY_COUNT, get_slot(queue, READY_COUNT) - booked)
-    set_slot(queue, READY_BYTES, get_slot(queue, READY_BYTES) - booked_bytes)
+    add_to_slot(queue, READY_COUNT, -booked)
+    add_to_slot(queue, READY_BYTES, -booked_bytes)
 
 
 cdef object _common_head(object item, object restart_below):

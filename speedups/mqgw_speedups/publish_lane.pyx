@@ -66,7 +66,7 @@ cdef inline object _field(object queue, Py_ssize_t offset, str name):
 cdef inline void _add(object queue, Py_ssize_t offset, str name, object amount) except *:
     """A queue's counter raised by ``amount`` (as _field reads it)."""
     if type(queue) is QueueRuntime:
-        set_slot(queue, offset, get_slot(queue, offset) + amount)
+        add_to_slot(queue, offset, amount)
     else:
         setattr(queue, name, getattr(queue, name) + amount)
 

@@ -59,7 +59,7 @@ def settle(deliveries):
             queue.settle(partition, message)
         if consumer is not None:
             if type(consumer) is Consumer:
-                set_slot(consumer, C_UNACKED, get_slot(consumer, C_UNACKED) - 1)
+                add_to_slot(consumer, C_UNACKED, -1)
             else:
                 consumer.unacked -= 1
         PySet_Add(woken, queue)
@@ -73,7 +73,7 @@ cdef void _settle(object queue, object partition, object queue_offset) except *:
     if returns:  # only messages that came back are counted there: mostly none
         returns.pop((partition, queue_offset), None)
     set_slot(queue, Q_COMMIT_DIRTY, True)
-    set_slot(queue, Q_ACKED, get_slot(queue, Q_ACKED) + 1)
+    add_to_slot(queue, Q_ACKED, 1)
 
 
 def worth_a_turn(queues):

@@ -53,3 +53,8 @@ cdef inline void set_slot(object obj, Py_ssize_t offset, object value):
     Py_INCREF(value)
     place[0] = <PyObject*>value
     Py_XDECREF(old)
+
+
+cdef inline void add_to_slot(object obj, Py_ssize_t offset, object amount) except *:
+    """``obj``'s counter at ``offset`` raised by ``amount`` (``obj.field += amount``)."""
+    set_slot(obj, offset, get_slot(obj, offset) + amount)
