@@ -10,6 +10,9 @@ from cpython.dict cimport PyDict_GetItem, PyDict_SetDefault
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport uint8_t
+
+include "little_endian.pxi"
 
 # The pure twin and ConsumeQueue, imported at first use (storage/log/appending.py imports
 # this module through storage/twins.py while storage.log is being imported).
@@ -44,17 +47,12 @@ cdef bint _common(object runs) except -1:
 
 cdef object _last_commit(object entries):
     """The commit offset of the run's last entry (little-endian u64 at its start)."""
-    cdef const unsigned char* data
+    cdef const uint8_t* data
     if type(entries) is bytearray:
-        data = <const unsigned char*>PyByteArray_AS_STRING(entries)
+        data = <const uint8_t*>PyByteArray_AS_STRING(entries)
     else:
-        data = <const unsigned char*>PyBytes_AS_STRING(entries)
-    data += len(entries) - ENTRY_SIZE
-    cdef unsigned long long value = 0
-    cdef int i
-    for i in range(7, -1, -1):
-        value = (value << 8) | data[i]
-    return value
+        data = <const uint8_t*>PyBytes_AS_STRING(entries)
+    return _u64(data + len(entries) - ENTRY_SIZE)
 
 
 def dispatch(cqs, runs, undo, starts, defer):

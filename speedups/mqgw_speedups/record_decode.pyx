@@ -14,6 +14,8 @@ from cpython.list cimport PyList_Append
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
+include "little_endian.pxi"
+
 
 cdef extern from "zlib.h":
     unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int size) nogil
@@ -50,18 +52,6 @@ cdef long long LIMIT_62 = 1LL << 62  # keeps offsets' sums within 64 bits
 cdef uint32_t MESSAGE_MAGIC = 0x4D514731
 cdef uint32_t COPY_MAGIC = 0x4D59504F
 cdef uint32_t HOLE_MAGIC = 0x454C4F48
-
-
-cdef inline uint32_t _u32(const uint8_t* p) noexcept nogil:
-    return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
-
-
-cdef inline uint16_t _u16(const uint8_t* p) noexcept nogil:
-    return p[0] | (<uint16_t>p[1] << 8)
-
-
-cdef inline uint64_t _u64(const uint8_t* p) noexcept nogil:
-    return _u32(p) | (<uint64_t>_u32(p + 4) << 32)
 
 
 cdef inline long long _clip(long long at, long long limit) noexcept nogil:
